@@ -1,0 +1,3 @@
+from cli.main import app
+
+app(prog_name="attnsweep")

@@ -1,0 +1,210 @@
+"""The `attnsweep` command. Service modules (api, workers) are imported only by their commands."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from attnconfig import ConfigError, parse_config, validation_problems
+from attnconfig.outcomes import OUTCOMES
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema (Alembic migrations).")
+app.add_typer(db_app, name="db")
+console = Console(stderr=True)
+
+BACKENDS = ("auto", "cpu", "cuda", "hip")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _database_url(db: Optional[str]) -> str:
+    from core.settings import get_settings
+
+    if db is None:
+        return get_settings().database_url
+    if "://" in db:
+        return db
+    return f"sqlite:///{db}"
+
+
+def _spec(**fields: Any):
+    from cli.options import build_spec
+
+    try:
+        return build_spec(**fields)
+    except ValidationError as exc:
+        fail("; ".join(f"{f}: {r}" for f, r in validation_problems(exc)))
+    except ValueError as exc:
+        fail(str(exc))
+
+
+SAMPLES = typer.Option(50, "--samples", help="configs to run (accepted by every prefilter)")
+SEED = typer.Option(None, "--seed", help="sweep seed (default: the ISO week number)")
+DTYPES = typer.Option("f16,bf16,f32,i8", "--dtypes", help="comma-separated dtypes to sample")
+BACKEND = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip (auto: a usable GPU, else the cpu emulation)")
+LABEL = typer.Option(None, "--label")
+MAX_TOKENS = typer.Option(16384, "--max-tokens")
+SKV_LIMIT = typer.Option(None, "--splitkv-extra-bytes-limit", help="bytes; default: device memory // 8 in [1, 8] GiB, 1.5 GiB without a GPU")
+FLOPS_LIMIT = typer.Option(2e10, "--reference-flops-limit")
+BYTES_LIMIT = typer.Option(1 << 30, "--reference-bytes-limit")
+RANGES = typer.Option([], "--range", help="override a sampled range, e.g. g=1:64 (repeatable)")
+
+
+@app.command()
+def run(
+    samples: int = SAMPLES,
+    seed: Optional[int] = SEED,
+    dtypes: str = DTYPES,
+    backend: str = BACKEND,
+    label: Optional[str] = LABEL,
+    max_tokens: int = MAX_TOKENS,
+    splitkv_extra_bytes_limit: Optional[int] = SKV_LIMIT,
+    reference_flops_limit: float = FLOPS_LIMIT,
+    reference_bytes_limit: int = BYTES_LIMIT,
+    range_: list[str] = RANGES,
+    db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"),
+    report_json: Optional[Path] = typer.Option(None, "--report-json", help="write the sweep report (SPEC §8 keys) here"),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="local worker processes (embedded mode)"),
+    defect: list[str] = typer.Option([], "--defect", help="compile a known bug into the kernels (proof that sweeps catch it)"),
+) -> None:
+    """Sample, prefilter, run and verify a sweep in this process; store every result."""
+    from cli.report import print_summary, sweep_report
+    from cli.progress import progress_bar
+    from kernels import get_backend
+    from kernels.backend import BackendUnavailable
+    from store.db import session_scope
+    from store.migrate import upgrade
+    from sweeps.embedded import execute_sweep
+    from sweeps.plan import plan_sweep
+    from sweeps.sampler import SamplingExhausted
+
+    spec = _spec(samples=samples, seed=seed, dtypes=dtypes, backend=backend, label=label, max_tokens=max_tokens,
+                 splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
+                 reference_bytes_limit=reference_bytes_limit, ranges=range_)
+    defects = frozenset(defect)
+    try:
+        be = get_backend(spec.backend, defects=defects)
+    except (BackendUnavailable, ValueError) as exc:
+        fail(f"backend: {exc}")
+    info = be.device_info()
+    url = _database_url(db)
+    upgrade(url)
+    t0 = time.perf_counter()
+    try:
+        with session_scope(url) as s:
+            sweep_id, _ = plan_sweep(s, spec, device_total_memory=info.total_memory, device=info.device)
+    except SamplingExhausted as exc:
+        fail(str(exc))
+    console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}, backend {info.backend} on {info.device}", highlight=False)
+    with session_scope(url) as s:
+        from store.repo import sweep_counts
+
+        total = sweep_counts(s, sweep_id)["configs_total"]
+    be.close()
+    with progress_bar(console, total, "configs") as advance:
+        execute_sweep(url, sweep_id, info.backend, defects=defects, jobs=jobs, on_result=lambda r: advance(r.outcome))
+    wall = time.perf_counter() - t0
+    report = sweep_report(url, sweep_id, wall)
+    print_summary(Console(), url, sweep_id, report)
+    if report_json:
+        report_json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+@app.command()
+def sample(
+    samples: int = SAMPLES,
+    seed: Optional[int] = SEED,
+    dtypes: str = DTYPES,
+    backend: str = BACKEND,
+    max_tokens: int = MAX_TOKENS,
+    splitkv_extra_bytes_limit: Optional[int] = SKV_LIMIT,
+    reference_flops_limit: float = FLOPS_LIMIT,
+    reference_bytes_limit: int = BYTES_LIMIT,
+    range_: list[str] = RANGES,
+    as_json: bool = typer.Option(False, "--json", help="print {configs, filtered, draws} as one JSON object"),
+) -> None:
+    """Sample and prefilter exactly as `run` would, executing nothing."""
+    from sweeps.filters import splitkv_budget
+    from sweeps.sampler import SamplingExhausted
+    from sweeps.sampler import sample as draw
+
+    spec = _spec(samples=samples, seed=seed, dtypes=dtypes, backend=backend, label=None, max_tokens=max_tokens,
+                 splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
+                 reference_bytes_limit=reference_bytes_limit, ranges=range_)
+    total_memory = None
+    if spec.backend != "cpu" and spec.splitkv_extra_bytes_limit is None:
+        from kernels import get_backend
+
+        total_memory = get_backend(spec.backend).device_info().total_memory
+    try:
+        result = draw(spec, splitkv_budget(total_memory, spec.splitkv_extra_bytes_limit))
+    except SamplingExhausted as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps({"configs": [c.to_dict() for c in result.configs], "filtered": result.filtered, "draws": result.draws}))
+        return
+    for c in result.configs:
+        print(c.to_json())
+    console.print(f"{len(result.configs)} configs from {result.draws} draws; filtered: {result.filtered}", highlight=False)
+
+
+@app.command()
+def verify(
+    config: str = typer.Option(..., "--config", help="config JSON, or @file"),
+    backend: str = typer.Option("auto", "--backend"),
+    gates: Optional[str] = typer.Option(None, "--gates", help="gates JSON a reproducer carries (default: strict verifier)"),
+    defect: list[str] = typer.Option([], "--defect"),
+) -> None:
+    """Run one config with the strict verifier defaults (or the gates a reproducer carries)."""
+    from kernels import get_backend
+    from kernels.backend import BackendUnavailable
+    from sweeps.result import Gates
+    from sweeps.runner import run_config, strict_gates
+
+    text = Path(config[1:]).read_text() if config.startswith("@") else config
+    try:
+        cfg = parse_config(text)
+    except ConfigError as exc:
+        fail(str(exc))
+    chosen = strict_gates(cfg)
+    if gates:
+        try:
+            chosen = Gates(**json.loads(gates))
+        except (TypeError, json.JSONDecodeError) as exc:
+            fail(f"gates: {exc}")
+    try:
+        be = get_backend(backend, defects=frozenset(defect))
+    except (BackendUnavailable, ValueError) as exc:
+        fail(f"backend: {exc}")
+    result = run_config(cfg, be, chosen)
+    print(json.dumps({
+        "outcome": result.outcome, "failed_gate": result.failed_gate, "detail": result.detail,
+        "not_applicable_reason": result.not_applicable_reason, "backend": result.backend, "device": result.device,
+        "variant": result.variant, "block_n": result.block_n, "gates": json.loads(result.gates.to_json()),
+        "metrics": result.metrics, "timings": result.timings,
+    }, indent=2, default=str))
+    raise typer.Exit(0 if result.outcome == "pass" else 1)
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: Optional[str] = typer.Option(None, "--db")) -> None:
+    """Migrate the database to the newest schema revision."""
+    from store.migrate import upgrade
+
+    url = _database_url(db)
+    upgrade(url)
+    console.print("database is at the newest revision", highlight=False)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    sys.exit(app())

@@ -1,0 +1,65 @@
+"""The sweep report (SPEC §8 keys) and the closing summary tables."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from attnconfig.outcomes import OUTCOMES
+from store import repo
+from store.db import session_scope
+from store.models import Sweep
+
+
+def sweep_report(url: str, sweep_id: int, wall_s: float) -> dict[str, Any]:
+    with session_scope(url) as s:
+        sweep = s.get(Sweep, sweep_id)
+        counts = repo.sweep_counts(s, sweep_id)
+        return {
+            "sweep_id": sweep_id,
+            "seed": sweep.seed,
+            "label": sweep.label,
+            "backend": _backend_of(s, sweep_id, sweep.backend),
+            "device": sweep.device,
+            "configs_run": counts["configs_done"],
+            "outcomes": counts["outcomes"],
+            "not_applicable_reasons": counts["not_applicable_reasons"],
+            "filtered": counts["filtered"],
+            "splitkv_budget": sweep.splitkv_budget,
+            "wall_s": round(wall_s, 3),
+            "configs_per_s": round(counts["configs_done"] / wall_s, 3) if wall_s > 0 else None,
+        }
+
+
+def _backend_of(s, sweep_id: int, requested: str) -> str:  # noqa: ANN001
+    """The backend that really ran (auto resolves to cuda, hip or cpu)."""
+    from sqlalchemy import select
+
+    from store.models import ConfigRun
+
+    ran = s.scalar(select(ConfigRun.backend).where(ConfigRun.sweep_id == sweep_id, ConfigRun.backend.is_not(None)).limit(1))
+    return ran or requested
+
+
+def print_summary(console: Console, url: str, sweep_id: int, report: dict[str, Any]) -> None:
+    with session_scope(url) as s:
+        by_dtype = repo.outcomes_by_dtype(s, sweep_id)
+    table = Table(title=f"sweep {sweep_id}: outcomes by dtype ({report['backend']}, {report['device']})")
+    table.add_column("dtype")
+    for o in OUTCOMES:
+        table.add_column(o, justify="right")
+    for dtype in sorted(by_dtype):
+        table.add_row(dtype, *(str(by_dtype[dtype][o]) for o in OUTCOMES))
+    table.add_row("all", *(str(report["outcomes"][o]) for o in OUTCOMES), style="bold")
+    console.print(table)
+
+    filt = Table(title="prefilter rejections (every draw)")
+    filt.add_column("reason")
+    filt.add_column("count", justify="right")
+    for reason, n in sorted(report["filtered"].items(), key=lambda kv: -kv[1]):
+        filt.add_row(reason, str(n))
+    console.print(filt)
+    if report["not_applicable_reasons"]:
+        console.print(f"not applicable: {report['not_applicable_reasons']}", highlight=False)
+    console.print(f"{report['configs_run']} configs in {report['wall_s']:.1f} s: {report['configs_per_s']:.2f} configs/s", highlight=False)

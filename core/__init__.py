@@ -1,0 +1,1 @@
+"""Process-wide settings, read from the environment once and on demand."""

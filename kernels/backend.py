@@ -1,0 +1,123 @@
+"""The backend interface every kernel runtime implements (cpu emulation, CUDA, HIP).
+
+A backend prepares (compiles, or looks up in the compile cache) the kernel variant a config
+needs, runs it on the config's inputs and hands back host arrays. Failures of a config are
+typed exceptions that the runner turns into outcomes; anything else is a bug and propagates.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from attnconfig import AttentionConfig
+
+# Defects that can be compiled into the kernels (and honoured by the cpu emulation) to prove
+# that a sweep catches the bug classes of rocMLIR's split-KV history (SPEC, issue 4).
+DEFECTS = {
+    "no_neginf_guard": "online softmax computes exp(m_old - m_new) without the -inf - (-inf) guard",
+    "floor_blocks_per_split": "blocks per split by floor division (0 iterations when n_blocks < split_kv)",
+    "no_zero_sum_guard": "final scaling divides acc by l without the l == 0 guard",
+    "causal_off_by_one": "causal mask hides key j == q + prefix (an off-by-one in the causal bound)",
+}
+
+
+class BackendUnavailable(RuntimeError):
+    """The runtime this backend needs is not on this host (no GPU, no driver, no library)."""
+
+
+class NotApplicable(Exception):
+    """A valid config this backend cannot run; `reason` is a short stable name for counting."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class CompileError(Exception):
+    """The kernel failed to compile (or compiling timed out); `log` is the compiler's output."""
+
+    def __init__(self, message: str, log: str = "", timed_out: bool = False):
+        self.log = log
+        self.timed_out = timed_out
+        super().__init__(message)
+
+
+class LaunchError(Exception):
+    """The kernel failed at launch or while running (driver error, illegal address...)."""
+
+    def __init__(self, message: str, log: str = ""):
+        self.log = log
+        super().__init__(message)
+
+
+class DeviceOutOfMemory(Exception):
+    """An allocation on the device failed."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    backend: str            # "cpu", "cuda", "hip"
+    device: str             # human-readable device name; the cpu backend says it emulates
+    total_memory: int | None  # bytes; None when no GPU can be queried (prefilter falls back)
+    driver_version: str = ""
+    compiler_version: str = ""
+    arch: str = ""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A kernel variant ready to run: its deterministic name, tile size and source identity."""
+
+    variant: str
+    block_n: int
+    source_hash: str
+    compile_s: float = 0.0
+    cache_hit: bool = False
+    handle: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass
+class RunOutput:
+    """Host copies of what the kernel wrote. Partials are f32, shaped [S, g, Hq, Sq, Dv] / [S, g, Hq, Sq]."""
+
+    out: np.ndarray                  # logical layout [g, Hq, Sq, Dv], storage dtype (f16 for i8)
+    lse: np.ndarray | None           # [g, Hq, Sq] (f32; f16 for i8) when return_lse
+    o_partials: np.ndarray | None = None
+    lse_partials: np.ndarray | None = None
+    run_s: float = 0.0               # device time of the launches (events), or wall time on cpu
+    transfer_s: float = 0.0
+
+
+class Backend(abc.ABC):
+    """One kernel runtime. Subclasses import their runtime lazily (in __init__ or later)."""
+
+    name: str = "abstract"
+
+    def __init__(self, defects: frozenset[str] = frozenset()):
+        unknown = set(defects) - set(DEFECTS)
+        if unknown:
+            raise ValueError(f"defects: unknown defect(s) {sorted(unknown)}; known: {sorted(DEFECTS)}")
+        self.defects = frozenset(defects)
+
+    @abc.abstractmethod
+    def device_info(self) -> DeviceInfo: ...
+
+    @abc.abstractmethod
+    def prepare(self, config: AttentionConfig) -> Prepared:
+        """Pick and compile (or load from cache) the variant for this config.
+
+        Raises NotApplicable or CompileError."""
+
+    @abc.abstractmethod
+    def run(self, prepared: Prepared, config: AttentionConfig, inputs: Mapping[str, Any]) -> RunOutput:
+        """Copy inputs in (physical layouts per trans_*), launch, synchronize, copy out.
+
+        Output buffers are filled with NaN before the launch, so a kernel that writes nothing
+        fails. Raises LaunchError or DeviceOutOfMemory."""
+
+    def close(self) -> None:
+        """Release device resources (contexts, modules). Safe to call twice."""

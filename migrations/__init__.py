@@ -1,0 +1,1 @@
+"""Alembic environment and revisions: the only owner of the database schema."""

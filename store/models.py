@@ -1,0 +1,145 @@
+"""SQLAlchemy 2 models. The schema is created only by the Alembic migrations in migrations/."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Sweep(Base):
+    __tablename__ = "sweeps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    label: Mapped[str | None] = mapped_column(String(200), index=True)
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    backend: Mapped[str] = mapped_column(String(16))
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    samples: Mapped[int] = mapped_column(Integer)
+    draws: Mapped[int] = mapped_column(BigInteger, default=0)
+    configs_total: Mapped[int] = mapped_column(Integer, default=0)
+    splitkv_budget: Mapped[int] = mapped_column(BigInteger)
+    budget_source: Mapped[str] = mapped_column(String(16))
+    device: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    filter_counts: Mapped[list["FilterCount"]] = relationship(back_populates="sweep", cascade="all, delete-orphan")
+
+
+class FilterCount(Base):
+    __tablename__ = "filter_counts"
+
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(64), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+
+    sweep: Mapped[Sweep] = relationship(back_populates="filter_counts")
+
+
+class ConfigRun(Base):
+    """One config of one sweep: queued on submission, its result written over it once run."""
+
+    __tablename__ = "config_runs"
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "config_hash", name="uq_config_runs_sweep_config"),
+        Index("ix_config_runs_sweep_outcome", "sweep_id", "outcome"),
+        Index("ix_config_runs_outcome_finished", "outcome", "finished_at"),
+        Index("ix_config_runs_dtype_split", "dtype", "split_kv"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)  # position in the sampled order
+    config_hash: Mapped[str] = mapped_column(String(64), index=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    # SPEC §1 fields as columns, so failure queries filter in SQL.
+    dtype: Mapped[str] = mapped_column(String(8), index=True)
+    g: Mapped[int] = mapped_column(Integer)
+    seq_len_q: Mapped[int] = mapped_column(Integer, index=True)
+    seq_len_k: Mapped[int] = mapped_column(Integer, index=True)
+    num_heads_q: Mapped[int] = mapped_column(Integer)
+    num_heads_kv: Mapped[int] = mapped_column(Integer)
+    gqa_ratio: Mapped[int] = mapped_column(Integer, index=True)
+    head_dim_qk: Mapped[int] = mapped_column(Integer, index=True)
+    head_dim_v: Mapped[int] = mapped_column(Integer)
+    with_attn_scale: Mapped[bool] = mapped_column(Boolean)
+    with_attn_bias: Mapped[bool] = mapped_column(Boolean)
+    causal: Mapped[bool] = mapped_column(Boolean, index=True)
+    has_prefix_offset: Mapped[bool] = mapped_column(Boolean)
+    kv_cache: Mapped[bool] = mapped_column(Boolean, index=True)
+    trans_q: Mapped[bool] = mapped_column(Boolean)
+    trans_k: Mapped[bool] = mapped_column(Boolean)
+    trans_v: Mapped[bool] = mapped_column(Boolean)
+    trans_o: Mapped[bool] = mapped_column(Boolean)
+    return_lse: Mapped[bool] = mapped_column(Boolean)
+    split_kv: Mapped[int] = mapped_column(Integer, index=True)
+    data_seed: Mapped[int] = mapped_column(BigInteger)
+
+    # The result (null while queued).
+    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    outcome: Mapped[str | None] = mapped_column(String(16), index=True)
+    failed_gate: Mapped[str | None] = mapped_column(String(16), index=True)
+    detail: Mapped[str | None] = mapped_column(Text)
+    not_applicable_reason: Mapped[str | None] = mapped_column(String(64))
+    rms_threshold: Mapped[float | None] = mapped_column(Float)
+    threshold_reason: Mapped[str | None] = mapped_column(String(32))
+    gates: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    backend: Mapped[str | None] = mapped_column(String(16))
+    device: Mapped[str | None] = mapped_column(String(200))
+    driver_version: Mapped[str | None] = mapped_column(String(64))
+    compiler_version: Mapped[str | None] = mapped_column(String(64))
+    variant: Mapped[str | None] = mapped_column(String(200))
+    block_n: Mapped[int | None] = mapped_column(Integer)
+    source_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    compile_s: Mapped[float | None] = mapped_column(Float)
+    inputs_s: Mapped[float | None] = mapped_column(Float)
+    run_s: Mapped[float | None] = mapped_column(Float)
+    reference_s: Mapped[float | None] = mapped_column(Float)
+    verify_s: Mapped[float | None] = mapped_column(Float)
+    total_s: Mapped[float | None] = mapped_column(Float)
+
+    # SPEC §4 metrics (attnconfig.outcomes.METRIC_KEYS); null where not applicable.
+    out_rms: Mapped[float | None] = mapped_column(Float)
+    out_row_err: Mapped[float | None] = mapped_column(Float)
+    out_max_abs: Mapped[float | None] = mapped_column(Float)
+    out_max_rel: Mapped[float | None] = mapped_column(Float)
+    out_err_ratio: Mapped[float | None] = mapped_column(Float)
+    lse_rms: Mapped[float | None] = mapped_column(Float)
+    lse_max_abs: Mapped[float | None] = mapped_column(Float)
+    lse_row_err: Mapped[float | None] = mapped_column(Float)
+    partials_row_err: Mapped[float | None] = mapped_column(Float)
+    partials_lse_max_abs: Mapped[float | None] = mapped_column(Float)
+    out_nonfinite: Mapped[int | None] = mapped_column(BigInteger)
+    lse_inf_mismatch: Mapped[int | None] = mapped_column(BigInteger)
+    lse_nonfinite: Mapped[int | None] = mapped_column(BigInteger)
+    partials_invalid_bad: Mapped[int | None] = mapped_column(BigInteger)
+    partials_nonfinite: Mapped[int | None] = mapped_column(BigInteger)
+
+    reproducer: Mapped[str | None] = mapped_column(Text)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+

@@ -1,0 +1,96 @@
+"""Run one config on one backend and judge it: the unit of work of every execution mode.
+
+The CLI's embedded mode, the Celery task and the tests all call `run_config`; queueing,
+retries and storage stay outside it. Failures of the config come back as an outcome;
+failures of the system (a bug, a broken install) propagate.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+
+from attnconfig import AttentionConfig
+from kernels.backend import (
+    Backend,
+    CompileError,
+    DeviceOutOfMemory,
+    LaunchError,
+    NotApplicable,
+)
+from reference import attention_lowprec, attention_splitkv, make_inputs, verify_outputs
+from sweeps.policy import GATE_BOUNDS, evaluate, rms_threshold, strict_rms_threshold
+from sweeps.result import ConfigResult, Gates, reproducer_command
+
+
+def sweep_gates(config: AttentionConfig, err_ratio_gate: float | None = None) -> Gates:
+    """The gates a sweep applies: SPEC §5 policy threshold and the calibrated bound table."""
+    threshold, reason = rms_threshold(config)
+    bounds = GATE_BOUNDS[config.dtype]
+    return Gates(threshold, reason, bounds["row_err"], bounds["lse_max_abs"], err_ratio_gate)
+
+
+def strict_gates(config: AttentionConfig) -> Gates:
+    """The single-config `verify` defaults: rocMLIR's strict verifier thresholds."""
+    bounds = GATE_BOUNDS[config.dtype]
+    return Gates(strict_rms_threshold(config), "strict", bounds["row_err"], bounds["lse_max_abs"], None)
+
+
+def run_config(config: AttentionConfig, backend: Backend, gates: Gates | None = None) -> ConfigResult:
+    gates = gates or sweep_gates(config)
+    info = backend.device_info()
+    result = ConfigResult(
+        config=config,
+        outcome="error",
+        gates=gates,
+        backend=info.backend,
+        device=info.device,
+        driver_version=info.driver_version,
+        compiler_version=info.compiler_version,
+        reproducer=reproducer_command(config, info.backend, gates, backend.defects),
+    )
+    t_start = time.perf_counter()
+    timings = result.timings
+    try:
+        t0 = time.perf_counter()
+        prepared = backend.prepare(config)
+        timings["compile_s"] = time.perf_counter() - t0
+        result.variant, result.block_n, result.source_hash = prepared.variant, prepared.block_n, prepared.source_hash
+
+        t0 = time.perf_counter()
+        inputs = make_inputs(config)
+        timings["inputs_s"] = time.perf_counter() - t0
+
+        out = backend.run(prepared, config, inputs)
+        timings["run_s"] = out.run_s
+
+        t0 = time.perf_counter()
+        ref = attention_splitkv(config, inputs, block_n=prepared.block_n)
+        low = attention_lowprec(config, inputs)
+        timings["reference_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        metrics = verify_outputs(config, ref, low, out.out, out.lse, out.o_partials, out.lse_partials)
+        verdict = evaluate(
+            config,
+            metrics,
+            rms_threshold=gates.rms_threshold,
+            threshold_reason=gates.threshold_reason,
+            err_ratio_gate=gates.err_ratio,
+            bounds={config.dtype: {"row_err": gates.row_err, "lse_max_abs": gates.lse_max_abs}},
+        )
+        timings["verify_s"] = time.perf_counter() - t0
+        result.metrics.update(metrics)
+        result.outcome, result.failed_gate, result.detail = verdict.outcome, verdict.failed_gate, verdict.detail
+    except NotApplicable as exc:
+        result.outcome, result.not_applicable_reason, result.detail = "not_applicable", exc.reason, exc.detail
+    except CompileError as exc:
+        result.outcome = "timeout" if exc.timed_out else "error"
+        result.detail = f"compile failed: {exc}\n{exc.log}"
+    except LaunchError as exc:
+        result.outcome, result.detail = "error", f"launch failed: {exc}\n{exc.log}"
+    except DeviceOutOfMemory as exc:
+        result.outcome, result.detail = "oom", str(exc)
+    except MemoryError:
+        result.outcome, result.detail = "oom", "host out of memory:\n" + traceback.format_exc(limit=5)
+    timings["total_s"] = time.perf_counter() - t_start
+    return result

@@ -1,0 +1,48 @@
+"""Shared fixtures: a fresh SQLite file or a fresh PostgreSQL database per test."""
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Iterator
+
+import pytest
+
+PG_ADMIN = os.environ.get("ATTNSWEEP_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _admin():
+    import psycopg
+
+    return psycopg.connect(PG_ADMIN, autocommit=True)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A database of its own (a Celery worker never sees a test's uncommitted transaction)."""
+    from store.db import get_engine
+
+    name = f"attnsweep_test_{uuid.uuid4().hex[:12]}"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url
+    finally:
+
+        get_engine(url).dispose()
+        get_engine.cache_clear()
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'attnsweep.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'attnsweep.db'}"
+    else:
+        yield request.getfixturevalue("pg_url")
