@@ -7,6 +7,7 @@ and a re-run of the same sweep replaces rows instead of duplicating them.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from typing import Callable, Iterator
 
 from attnconfig import parse_config
@@ -36,6 +37,9 @@ def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs:
         for cfg in todo:
             yield _run_one(cfg)
         return
+    # One BLAS thread per process: jobs processes already fill the cores.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     # spawn, not fork: a forked child inherits a parent's CUDA context in a broken state.
     ctx = mp.get_context("spawn")
     with ctx.Pool(jobs, initializer=_init_worker, initargs=(backend_name, defects)) as pool:
