@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
-from attnconfig import ConfigError, parse_config, validation_problems
+from attnconfig import ConfigError, parse_config
 from attnconfig.outcomes import OUTCOMES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
@@ -42,9 +41,7 @@ def _spec(**fields: Any):
 
     try:
         return build_spec(**fields)
-    except ValidationError as exc:
-        fail("; ".join(f"{f}: {r}" for f, r in validation_problems(exc)))
-    except ValueError as exc:
+    except ConfigError as exc:
         fail(str(exc))
 
 
@@ -168,20 +165,23 @@ def verify(
     """Run one config with the strict verifier defaults (or the gates a reproducer carries)."""
     from kernels import get_backend
     from kernels.backend import BackendUnavailable
-    from sweeps.result import Gates
-    from sweeps.runner import run_config, strict_gates
+    from sweeps.policy import gates_for
+    from sweeps.runner import run_config
 
     text = Path(config[1:]).read_text() if config.startswith("@") else config
     try:
         cfg = parse_config(text)
     except ConfigError as exc:
         fail(str(exc))
-    chosen = strict_gates(cfg)
+    chosen = gates_for(cfg, strict=True)
     if gates:
         try:
-            chosen = Gates(**json.loads(gates))
-        except (TypeError, json.JSONDecodeError) as exc:
-            fail(f"gates: {exc}")
+            chosen = json.loads(gates)
+        except json.JSONDecodeError as exc:
+            fail(f"gates: not valid JSON: {exc}")
+        missing = {"rms", "row"} - set(chosen) | ({"lse"} - set(chosen) if cfg.return_lse else set())
+        if missing:
+            fail(f"gates: missing {sorted(missing)} (a reproducer carries rms, rms_reason, row and, with LSE, lse)")
     try:
         be = get_backend(backend, defects=frozenset(defect))
     except (BackendUnavailable, ValueError) as exc:
@@ -190,7 +190,7 @@ def verify(
     print(json.dumps({
         "outcome": result.outcome, "failed_gate": result.failed_gate, "detail": result.detail,
         "not_applicable_reason": result.not_applicable_reason, "backend": result.backend, "device": result.device,
-        "variant": result.variant, "block_n": result.block_n, "gates": json.loads(result.gates.to_json()),
+        "variant": result.variant, "block_n": result.block_n, "gates": result.gates,
         "metrics": result.metrics, "timings": result.timings,
     }, indent=2, default=str))
     raise typer.Exit(0 if result.outcome == "pass" else 1)
@@ -208,3 +208,43 @@ def db_upgrade(db: Optional[str] = typer.Option(None, "--db")) -> None:
 
 def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())
+
+
+# --- service mode (issue 5): the API and the workers; imported only inside their commands ------
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0 in a container)"),
+    port: int = typer.Option(8000, "--port"),
+    workers: int = typer.Option(1, "--workers", min=1, help="uvicorn worker processes"),
+) -> None:
+    """Run the HTTP API (settings from ATTNSWEEP_*; the database must be migrated: `attnsweep db upgrade`)."""
+    import uvicorn
+
+    from core.settings import get_settings
+    from store.migrate import is_current
+
+    if not is_current(get_settings().database_url):
+        fail("the database is not at the newest schema revision: run `attnsweep db upgrade` first")
+    uvicorn.run("api.main:create_app", factory=True, host=host, port=port, workers=workers, log_level="info")
+
+
+@app.command()
+def worker(
+    queue: str = typer.Option(..., "--queue", help="cpu (the cpu backend) or gpu (auto, cuda, hip)"),
+    gpu: Optional[int] = typer.Option(None, "--gpu", min=0, help="GPU index this worker owns (sets CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES)"),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="processes; keep 1 per GPU"),
+    name: Optional[str] = typer.Option(None, "--name", help="worker name (default: QUEUE[GPU]@HOSTNAME)"),
+    loglevel: str = typer.Option("INFO", "--loglevel"),
+) -> None:
+    """Run a Celery worker for the cpu or gpu queue; it registers its device and heartbeats."""
+    if queue not in ("cpu", "gpu"):
+        fail(f"--queue {queue!r}: must be cpu or gpu")
+    if gpu is not None and queue != "gpu":
+        fail("--gpu needs --queue gpu")
+    from core.settings import get_settings
+    from workers.start import WorkerStartError, start_worker
+
+    try:
+        start_worker(get_settings(), queue, gpu=gpu, concurrency=concurrency, name=name, loglevel=loglevel)
+    except WorkerStartError as exc:
+        fail(str(exc))

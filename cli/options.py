@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.spec import SweepSpec, parse_range
+from sweeps.spec import SweepSpec, parse_ranges, parse_sweep_spec
 
 
 def build_spec(*, dtypes: str, ranges: list[str], **fields: Any) -> SweepSpec:
-    parsed = dict(parse_range(r) for r in ranges)
     names = [d.strip() for d in dtypes.split(",") if d.strip()]
-    return SweepSpec(dtypes=names, ranges=parsed, **fields)
+    return parse_sweep_spec({"dtypes": names, "ranges": parse_ranges(ranges), **fields})

@@ -8,6 +8,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_SQLITE = "sqlite:///attnsweep.db"
+# Values copied from an example file and never changed: refused wherever a secret is read.
+PLACEHOLDER_SECRETS = frozenset({"changethis", "changeme", "change-me", "secret", "password", "token", "example", "xxx"})
 
 
 class Settings(BaseSettings):
@@ -20,6 +22,21 @@ class Settings(BaseSettings):
     kernel_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "kernels")
     config_time_limit_s: float = 120.0
 
+    # --- service (API and workers) ---------------------------------------------------------
+    # Prefix of the Celery queue names ("<prefix>cpu", "<prefix>gpu"): several deployments (or
+    # test runs) can share one broker without taking each other's tasks.
+    queue_prefix: str = ""
+    # Configs per Celery task; a batch holds configs of one kernel variant where it can.
+    task_batch_size: int = Field(default=8, ge=1, le=256)
+    # After the soft per-config limit (SIGALRM) a watchdog gives the config this much longer,
+    # then records `timeout` and ends the worker process (Celery starts a fresh one).
+    config_time_grace_s: float = Field(default=30.0, ge=0)
+    heartbeat_s: float = Field(default=15.0, gt=0)
+    # A worker whose last heartbeat is older than this is not alive (its memory is not used).
+    worker_stale_s: float = Field(default=60.0, gt=0)
+    max_body_bytes: int = Field(default=16 << 20, ge=1024)
+    max_sweep_configs: int = Field(default=100_000, ge=1)
+
     @field_validator("database_url")
     @classmethod
     def _known_scheme(cls, v: str) -> str:
@@ -27,9 +44,33 @@ class Settings(BaseSettings):
             raise ValueError(f"database_url={v!r}: must be a sqlite:/// or postgresql:// URL")
         return v
 
+    @field_validator("api_tokens")
+    @classmethod
+    def _no_placeholder_tokens(cls, v: str) -> str:
+        bad = [t for t in (t.strip() for t in v.split(",")) if t.lower() in PLACEHOLDER_SECRETS]
+        if bad:
+            raise ValueError(f"api_tokens: {bad[0]!r} is a placeholder; set a real secret")
+        return v
+
     @property
     def tokens(self) -> set[str]:
         return {t.strip() for t in self.api_tokens.split(",") if t.strip()}
+
+    def queue_name(self, kind: str) -> str:
+        """The broker queue of a kind of worker: "cpu" or "gpu"."""
+        if kind not in ("cpu", "gpu"):
+            raise ValueError(f"queue: {kind!r} is not cpu or gpu")
+        return f"{self.queue_prefix}{kind}"
+
+    @property
+    def task_time_limit_s(self) -> float:
+        """Celery's hard limit for one task of a full batch: the last resort behind the watchdog."""
+        return self.task_batch_size * (self.config_time_limit_s + self.config_time_grace_s) + 60.0
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Redis redelivers an unacknowledged task after this: longer than the longest task."""
+        return int(max(3600.0, 2 * self.task_time_limit_s))
 
 
 @lru_cache(maxsize=1)

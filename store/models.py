@@ -17,8 +17,14 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from attnconfig.outcomes import FAILING_OUTCOMES
+
+# The SQL condition "this result is a failure", shared by the partial index and the queries.
+FAILING_SQL = "outcome IN (" + ", ".join(f"'{o}'" for o in FAILING_OUTCOMES) + ")"
 
 
 class Base(DeclarativeBase):
@@ -44,6 +50,9 @@ class Sweep(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Service mode (revision 0002): the broker queue its configs went to, the sweep it re-runs.
+    queue: Mapped[str | None] = mapped_column(String(64))
+    rerun_of: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), index=True)
 
     filter_counts: Mapped[list["FilterCount"]] = relationship(back_populates="sweep", cascade="all, delete-orphan")
 
@@ -67,6 +76,13 @@ class ConfigRun(Base):
         Index("ix_config_runs_sweep_outcome", "sweep_id", "outcome"),
         Index("ix_config_runs_outcome_finished", "outcome", "finished_at"),
         Index("ix_config_runs_dtype_split", "dtype", "split_kv"),
+        # Revision 0002: "is anything of this sweep still queued?" after every result, and the
+        # newest failures first (GET /failures) without sorting every failure ever stored.
+        Index("ix_config_runs_sweep_state", "sweep_id", "state"),
+        Index(
+            "ix_config_runs_failures_recent", "finished_at", "id",
+            postgresql_where=text(FAILING_SQL), sqlite_where=text(FAILING_SQL),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
@@ -143,3 +159,26 @@ class ConfigRun(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
+
+
+class Worker(Base):
+    """A registered Celery worker (one per GPU, or one for the cpu queue) and its heartbeat."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)  # Celery node name, e.g. gpu0@host
+    queue: Mapped[str] = mapped_column(String(64), index=True)  # the broker queue it consumes
+    backend: Mapped[str] = mapped_column(String(16))  # what it really runs: cpu, cuda, hip
+    gpu: Mapped[int | None] = mapped_column(Integer)  # the --gpu index it was pinned to
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    device: Mapped[str | None] = mapped_column(String(200))
+    total_memory: Mapped[int | None] = mapped_column(BigInteger)  # bytes; None without a GPU
+    driver_version: Mapped[str | None] = mapped_column(String(64))
+    compiler_version: Mapped[str | None] = mapped_column(String(64))
+    arch: Mapped[str | None] = mapped_column(String(64))
+    versions: Mapped[dict[str, Any]] = mapped_column(JSON)  # python, attnsweep, celery, numpy...
+    hostname: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), index=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

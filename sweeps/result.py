@@ -1,28 +1,13 @@
 """The outcome of one config on one backend (SPEC §7), as the runner returns it."""
 from __future__ import annotations
 
+import json
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from attnconfig import AttentionConfig
 from attnconfig.outcomes import METRIC_KEYS
-
-
-@dataclass(frozen=True)
-class Gates:
-    """Every threshold a verdict depends on; a reproducer carries all of them."""
-
-    rms_threshold: float
-    threshold_reason: str
-    row_err: float
-    lse_max_abs: float
-    err_ratio: float | None = None
-
-    def to_json(self) -> str:
-        import json
-
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
 
 @dataclass
@@ -33,7 +18,7 @@ class ConfigResult:
     detail: str = ""
     not_applicable_reason: str | None = None
     metrics: dict[str, float | int | None] = field(default_factory=lambda: dict.fromkeys(METRIC_KEYS))
-    gates: Gates | None = None
+    gates: dict[str, Any] | None = None  # sweeps.policy.gates_for: every bound the verdict used
     backend: str = ""
     device: str = ""
     driver_version: str = ""
@@ -55,9 +40,9 @@ class ConfigResult:
             "failed_gate": self.failed_gate,
             "detail": self.detail[:20000] if self.detail else None,
             "not_applicable_reason": self.not_applicable_reason,
-            "rms_threshold": self.gates.rms_threshold if self.gates else None,
-            "threshold_reason": self.gates.threshold_reason if self.gates else None,
-            "gates": asdict(self.gates) if self.gates else None,
+            "rms_threshold": self.gates["rms"] if self.gates else None,
+            "threshold_reason": self.gates["rms_reason"] if self.gates else None,
+            "gates": self.gates,
             "backend": self.backend,
             "device": self.device,
             "driver_version": self.driver_version,
@@ -73,11 +58,10 @@ class ConfigResult:
         return row
 
 
-def reproducer_command(config: AttentionConfig, backend: str, gates: Gates | None, defects: frozenset[str]) -> str:
+def reproducer_command(config: AttentionConfig, backend: str, gates: dict[str, Any], defects: frozenset[str]) -> str:
     """One line that re-runs this config with the same gates, so it reproduces the verdict."""
-    parts = ["attnsweep", "verify", "--backend", backend, "--config", config.to_json()]
-    if gates is not None:
-        parts += ["--gates", gates.to_json()]
+    parts = ["attnsweep", "verify", "--backend", backend, "--config", config.to_json(),
+             "--gates", json.dumps(gates, sort_keys=True, separators=(",", ":"))]
     for d in sorted(defects):
         parts += ["--defect", d]
     return " ".join(shlex.quote(p) for p in parts)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from typing import Any
 
 from attnconfig import AttentionConfig
 from kernels.backend import (
@@ -18,25 +19,13 @@ from kernels.backend import (
     NotApplicable,
 )
 from reference import attention_lowprec, attention_splitkv, make_inputs, verify_outputs
-from sweeps.policy import GATE_BOUNDS, evaluate, rms_threshold, strict_rms_threshold
-from sweeps.result import ConfigResult, Gates, reproducer_command
+from sweeps.policy import evaluate_with_gates, gates_for
+from sweeps.result import ConfigResult, reproducer_command
 
 
-def sweep_gates(config: AttentionConfig, err_ratio_gate: float | None = None) -> Gates:
-    """The gates a sweep applies: SPEC §5 policy threshold and the calibrated bound table."""
-    threshold, reason = rms_threshold(config)
-    bounds = GATE_BOUNDS[config.dtype]
-    return Gates(threshold, reason, bounds["row_err"], bounds["lse_max_abs"], err_ratio_gate)
-
-
-def strict_gates(config: AttentionConfig) -> Gates:
-    """The single-config `verify` defaults: rocMLIR's strict verifier thresholds."""
-    bounds = GATE_BOUNDS[config.dtype]
-    return Gates(strict_rms_threshold(config), "strict", bounds["row_err"], bounds["lse_max_abs"], None)
-
-
-def run_config(config: AttentionConfig, backend: Backend, gates: Gates | None = None) -> ConfigResult:
-    gates = gates or sweep_gates(config)
+def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] | None = None) -> ConfigResult:
+    """Run and judge one config. `gates` defaults to the sweep policy (sweeps.policy.gates_for)."""
+    gates = gates if gates is not None else gates_for(config)
     info = backend.device_info()
     result = ConfigResult(
         config=config,
@@ -70,14 +59,7 @@ def run_config(config: AttentionConfig, backend: Backend, gates: Gates | None = 
 
         t0 = time.perf_counter()
         metrics = verify_outputs(config, ref, low, out.out, out.lse, out.o_partials, out.lse_partials)
-        verdict = evaluate(
-            config,
-            metrics,
-            rms_threshold=gates.rms_threshold,
-            threshold_reason=gates.threshold_reason,
-            err_ratio_gate=gates.err_ratio,
-            bounds={config.dtype: {"row_err": gates.row_err, "lse_max_abs": gates.lse_max_abs}},
-        )
+        verdict = evaluate_with_gates(config, metrics, gates)
         timings["verify_s"] = time.perf_counter() - t0
         result.metrics.update(metrics)
         result.outcome, result.failed_gate, result.detail = verdict.outcome, verdict.failed_gate, verdict.detail

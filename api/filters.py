@@ -1,0 +1,85 @@
+"""Query parameters of the result endpoints to store filters (store.queries.ResultFilter).
+
+Integer fields take `N`, `A,B,C` (any of) or `LO:HI` (inclusive, either end open: `1024:`,
+`:64`); text fields one value or a comma-separated list; booleans true/false. `gate` is the
+failed gate, `sweep` the sweep id.
+"""
+from __future__ import annotations
+
+import re
+from pydantic import BaseModel
+
+from api.errors import ProblemError
+from attnconfig.outcomes import FAILING_OUTCOMES, GATES, OUTCOMES
+from store.queries import FIELD_KINDS, GROUPABLE, SORTABLE, Match, ResultFilter
+
+_INT_RANGE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*$")
+ALIASES = {"gate": "failed_gate", "sweep": "sweep_id"}
+CHOICES = {"outcome": OUTCOMES, "failed_gate": GATES, "dtype": ("f16", "bf16", "f32", "i8")}
+NOT_FILTERS = {"label", "since", "until", "sort", "limit", "offset", "with_count", "by"}
+
+
+def parse_int_match(param: str, text: str) -> Match:
+    m = _INT_RANGE.match(text)
+    if m:
+        lo, hi = (int(g) if g is not None else None for g in m.groups())
+        if lo is None and hi is None:
+            raise ProblemError([(param, f"{param}={text!r}: a range needs at least one end, e.g. 64:128 or 1024:")])
+        if lo is not None and hi is not None and lo > hi:
+            raise ProblemError([(param, f"{param}={text!r}: lo must be <= hi")])
+        return Match(lo=lo, hi=hi)
+    try:
+        return Match(values=tuple(int(v) for v in text.split(",")))
+    except ValueError:
+        raise ProblemError([(param, f"{param}={text!r}: expected N, A,B,C or LO:HI with integers")]) from None
+
+
+def parse_str_match(param: str, column: str, text: str, allowed: tuple[str, ...] | None = None) -> Match:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values:
+        raise ProblemError([(param, f"{param}={text!r}: give at least one value")])
+    allowed = allowed if allowed is not None else CHOICES.get(column)
+    if allowed is not None:
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            raise ProblemError([(param, f"{param}={bad[0]!r}: must be one of {', '.join(allowed)}")])
+    return Match(values=values)
+
+
+def result_filter(query: BaseModel, *, failures_only: bool) -> ResultFilter:
+    """The store filter of a ResultFilters query model; on /failures outcomes must be failing ones."""
+    matches: dict[str, Match] = {}
+    for param, value in query.model_dump(exclude_none=True).items():
+        if param in NOT_FILTERS:
+            continue
+        column = ALIASES.get(param, param)
+        kind = FIELD_KINDS[column]
+        if kind == "bool":
+            matches[column] = Match(values=(bool(value),))
+        elif kind == "int":
+            matches[column] = parse_int_match(param, str(value))
+        else:
+            allowed = FAILING_OUTCOMES if (column == "outcome" and failures_only) else None
+            matches[column] = parse_str_match(param, column, str(value), allowed)
+    since, until = getattr(query, "since", None), getattr(query, "until", None)
+    if since is not None and until is not None and since >= until:
+        raise ProblemError([("until", "until must be after since")])
+    return ResultFilter(matches=matches, label=getattr(query, "label", None), since=since, until=until)
+
+
+def parse_sort(text: str) -> str:
+    if text.lstrip("-") not in SORTABLE:
+        raise ProblemError([("sort", f"sort={text!r}: must be one of {', '.join(SORTABLE)} (prefix - for descending)")])
+    return text
+
+
+def parse_by(text: str) -> list[str]:
+    by = [b.strip() for b in text.split(",") if b.strip()]
+    if not 1 <= len(by) <= 2:
+        raise ProblemError([("by", f"by={text!r}: give one or two comma-separated fields")])
+    for b in by:
+        if b not in GROUPABLE:
+            raise ProblemError([("by", f"by={b!r}: must be one of {', '.join(GROUPABLE)}")])
+    if len(set(by)) != len(by):
+        raise ProblemError([("by", f"by={text!r}: the two fields must differ")])
+    return by

@@ -1,0 +1,47 @@
+"""The FastAPI application: `create_app(settings)`; `attnsweep serve` runs it under uvicorn."""
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+
+from fastapi import FastAPI
+
+from api.errors import BodyLimit, SafeJSONResponse, install_error_handlers
+from api.routes import failures, health, metrics, sweeps, workers
+from api.telemetry import Telemetry
+from core.settings import Settings, get_settings
+from store.db import session_factory
+from workers.app import create_celery
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """Queue sampled split-KV attention configs for GPU workers and query their results.
+
+Writes (POST) need `Authorization: Bearer <token>` with a token of ATTNSWEEP_API_TOKENS when it
+is set. Errors name the field and the rule: `{"detail": [{"field": ..., "rule": ...}]}`.
+Non-finite metric values are written as the strings "nan", "inf" and "-inf".
+"""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("attnsweep")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(title="attnsweep", version=_version(), description=DESCRIPTION, default_response_class=SafeJSONResponse)
+    app.state.settings = settings
+    app.state.sessions = session_factory(settings.database_url)
+    app.state.celery = create_celery(settings)
+    app.state.telemetry = Telemetry(app.state.sessions, settings.worker_stale_s)
+    if not settings.tokens:
+        log.warning("ATTNSWEEP_API_TOKENS is unset: POST endpoints accept requests without a token")
+    install_error_handlers(app)
+    app.middleware("http")(app.state.telemetry.middleware)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    for module in (sweeps, failures, workers, health, metrics):
+        app.include_router(module.router)
+    return app

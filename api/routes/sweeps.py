@@ -1,0 +1,129 @@
+"""Sweeps: submit, list, read, page through results, cancel, re-run."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Response, status
+
+from api.convert import config_run_public, sweep_public
+from api.deps import CeleryDep, SessionDep, SettingsDep, TelemetryDep, WriteAccess
+from api.schemas.common import Message, Problems
+from api.schemas.sweeps import (
+    ConfigRunsPublic,
+    SweepAccepted,
+    SweepCreate,
+    SweepPublic,
+    SweepRerun,
+    SweepsPublic,
+    SweepStatus,
+)
+from api.submission import submit_sweep
+from attnconfig import parse_config
+from attnconfig.outcomes import OUTCOMES
+from store import queries, repo
+from store.models import Sweep
+from store.queries import Match, ResultFilter
+from sweeps.spec import SweepSpec
+
+router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+
+WRITE_ERRORS = {401: {"model": Message}, 403: {"model": Message}, 413: {"model": Problems}, 422: {"model": Problems}}
+NOT_FOUND = {404: {"model": Message}}
+
+
+def _sweep_or_404(session: SessionDep, sweep_id: int) -> Sweep:
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"sweep {sweep_id} not found")
+    return sweep
+
+
+def _public(session: SessionDep, sweep: Sweep) -> SweepPublic:
+    return sweep_public(sweep, queries.sweeps_counts(session, [sweep.id])[sweep.id])
+
+
+def _accepted(telemetry: TelemetryDep, response: Response, accepted: SweepAccepted) -> SweepAccepted:
+    telemetry.sweeps_submitted.inc()
+    telemetry.configs_enqueued.inc(accepted.configs_total)
+    response.headers["Location"] = f"/sweeps/{accepted.id}"
+    return accepted
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=SweepAccepted,
+             responses={**WRITE_ERRORS, 503: {"model": Message}})
+def create_sweep(body: SweepCreate, session: SessionDep, celery: CeleryDep, settings: SettingsDep,
+                 telemetry: TelemetryDep, _writer: WriteAccess, response: Response) -> SweepAccepted:
+    """Sample and prefilter now, store the sweep, and queue its configs for the workers.
+
+    With `configs`, those configs are run as given (a regression set) instead of sampling.
+    The split-KV budget is the request's `splitkv_extra_bytes_limit`, else the smallest
+    device memory the target queue's live workers reported, else 1.5 GiB.
+    """
+    return _accepted(telemetry, response, submit_sweep(session, celery, settings, body))
+
+
+@router.get("", response_model=SweepsPublic)
+def read_sweeps(session: SessionDep, status_: Annotated[SweepStatus | None, Query(alias="status")] = None,
+                label: str | None = None, offset: Annotated[int, Query(ge=0)] = 0,
+                limit: Annotated[int, Query(ge=1, le=500)] = 50) -> SweepsPublic:
+    """Sweeps, newest first."""
+    rows, count = queries.list_sweeps(session, status=status_, label=label, offset=offset, limit=limit)
+    counts = queries.sweeps_counts(session, [s.id for s in rows])
+    return SweepsPublic(data=[sweep_public(s, counts[s.id]) for s in rows], count=count)
+
+
+@router.get("/{sweep_id}", response_model=SweepPublic, responses=NOT_FOUND)
+def read_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
+    """A sweep with SPEC §8's counts: configs_total, configs_done, outcomes, filtered, ..."""
+    return _public(session, _sweep_or_404(session, sweep_id))
+
+
+@router.get("/{sweep_id}/results", response_model=ConfigRunsPublic, responses=NOT_FOUND)
+def read_sweep_results(sweep_id: int, session: SessionDep,
+                       outcome: Annotated[Literal[OUTCOMES] | None, Query()] = None,  # type: ignore[valid-type]
+                       state: Literal["queued", "done", "cancelled"] | None = None,
+                       offset: Annotated[int, Query(ge=0)] = 0,
+                       limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> ConfigRunsPublic:
+    """Every config of the sweep in sampled order, with its result once run."""
+    _sweep_or_404(session, sweep_id)
+    matches = {}
+    if outcome is not None:
+        matches["outcome"] = Match(values=(outcome,))
+    if state is not None:
+        matches["state"] = Match(values=(state,))
+    page = queries.sweep_results(session, sweep_id, ResultFilter(matches=matches), offset=offset, limit=limit)
+    return ConfigRunsPublic(data=[config_run_public(r, label) for r, label in page.rows], count=page.count,
+                            has_more=page.has_more)
+
+
+@router.post("/{sweep_id}/cancel", response_model=SweepPublic, responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS})
+def cancel_sweep(sweep_id: int, session: SessionDep, _writer: WriteAccess) -> SweepPublic:
+    """Stop a queued or running sweep: its configs not yet started are skipped by the workers."""
+    sweep = _sweep_or_404(session, sweep_id)
+    if sweep.status not in repo.ACTIVE_STATUSES:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} is {sweep.status}; only a queued or running sweep can be cancelled")
+    repo.cancel_sweep(session, sweep_id)
+    session.commit()
+    session.refresh(sweep)
+    return _public(session, sweep)
+
+
+@router.post("/{sweep_id}/rerun", status_code=status.HTTP_202_ACCEPTED, response_model=SweepAccepted,
+             responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS, 503: {"model": Message}})
+def rerun_sweep(sweep_id: int, session: SessionDep, celery: CeleryDep, settings: SettingsDep, telemetry: TelemetryDep,
+                _writer: WriteAccess, response: Response, body: SweepRerun | None = None) -> SweepAccepted:
+    """A new sweep of the same configs (or of its failures only), same backend, gates and defects."""
+    body = body or SweepRerun()
+    original = _sweep_or_404(session, sweep_id)
+    stored = queries.sweep_configs(session, sweep_id, failures_only=body.failures_only)
+    if not stored:
+        what = "failures" if body.failures_only else "configs"
+        raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} has no {what} to re-run")
+    request = {k: v for k, v in original.request.items() if k in SweepSpec.model_fields}
+    request["label"] = body.label if body.label is not None else original.label
+    request.pop("samples", None)
+    create = SweepCreate.model_validate({**request, "defects": original.request.get("defects", [])})
+    configs = [parse_config(c) for c in stored]
+    accepted = submit_sweep(session, celery, settings, create, configs=configs, rerun_of=sweep_id,
+                            extra_request={"rerun_of": sweep_id, "failures_only": body.failures_only})
+    return _accepted(telemetry, response, accepted)

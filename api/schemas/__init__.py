@@ -1,0 +1,1 @@
+"""Request and response bodies, in families per resource: XCreate / XPublic / XsPublic."""

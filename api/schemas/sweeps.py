@@ -1,0 +1,133 @@
+"""Sweep bodies: the request (SweepCreate, SPEC §8 names), the sweep, its results."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from api.schemas.common import Metric
+from attnconfig import AttentionConfig
+from sweeps.spec import SweepSpec, SweepSpecError
+from workers.enqueue import DEFECT_NAMES
+
+Defect = Literal[DEFECT_NAMES]  # type: ignore[valid-type]
+SweepStatus = Literal["queued", "running", "done", "cancelled", "failed"]
+
+
+class SweepCreate(SweepSpec):
+    """A sweep request: SPEC §8's fields, sampled on submission; or an explicit list of configs
+    (a regression set), which is run as given, without sampling or prefilters."""
+
+    configs: list[AttentionConfig] | None = Field(
+        default=None, min_length=1, description="explicit configs to run instead of sampling (a regression set)")
+    defects: list[Defect] = Field(  # type: ignore[valid-type]
+        default_factory=list, description="known kernel bugs to compile in, to prove the sweep catches them")
+
+    @model_validator(mode="after")
+    def _configs_or_samples(self) -> "SweepCreate":
+        problems = []
+        if self.configs is not None:
+            if "samples" in self.model_fields_set:
+                problems.append(("samples", "give samples or configs, not both"))
+            seen: dict[str, int] = {}
+            for i, c in enumerate(self.configs):
+                j = seen.setdefault(c.content_hash(), i)
+                if j != i:
+                    problems.append((f"configs.{i}", f"configs.{i} repeats configs.{j}"))
+        if len(set(self.defects)) != len(self.defects):
+            problems.append(("defects", "defects must not repeat a defect"))
+        if problems:
+            raise ValueError(SweepSpecError(problems))
+        return self
+
+    def spec(self) -> SweepSpec:
+        return SweepSpec.model_validate(self.model_dump(exclude={"configs", "defects"}))
+
+
+class SweepAccepted(BaseModel):
+    """202: the sweep is stored and its configs are on the queue."""
+
+    id: int
+    status: SweepStatus
+    queue: str
+    configs_total: int
+    tasks: int
+    seed: int
+    draws: int
+    filtered: dict[str, int]
+    splitkv_budget: int
+    budget_source: Literal["request", "device", "fallback"]
+
+
+class SweepRerun(BaseModel):
+    failures_only: bool = Field(default=False, description="re-run only the configs that failed (fail, nan, error, timeout, oom)")
+    label: str | None = Field(default=None, description="label of the new sweep (default: the original's)")
+
+
+class SweepPublic(BaseModel):
+    id: int
+    label: str | None
+    status: SweepStatus
+    backend: str
+    seed: int
+    queue: str | None
+    device: str | None
+    configs_total: int
+    configs_done: int
+    outcomes: dict[str, int]
+    not_applicable_reasons: dict[str, int]
+    filtered: dict[str, int]
+    draws: int
+    splitkv_budget: int
+    budget_source: str
+    rerun_of: int | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    throughput: Metric = Field(description="configs finished per second since the first started (null before)")
+    request: dict[str, Any]
+
+
+class SweepsPublic(BaseModel):
+    data: list[SweepPublic]
+    count: int
+
+
+class ConfigRunPublic(BaseModel):
+    """One config of a sweep and, once run, its result (SPEC §7)."""
+
+    id: int
+    sweep_id: int
+    label: str | None
+    seq: int
+    config_hash: str
+    config: dict[str, Any]
+    state: Literal["queued", "done", "cancelled"]
+    outcome: str | None
+    failed_gate: str | None
+    detail: str | None
+    not_applicable_reason: str | None
+    rms_threshold: Metric
+    threshold_reason: str | None
+    gates: dict[str, Any] | None
+    backend: str | None
+    device: str | None
+    driver_version: str | None
+    compiler_version: str | None
+    variant: str | None
+    block_n: int | None
+    source_hash: str | None
+    metrics: dict[str, Metric]
+    timings: dict[str, Metric]
+    reproducer: str | None
+    worker: str | None
+    attempts: int
+    finished_at: datetime | None
+
+
+class ConfigRunsPublic(BaseModel):
+    data: list[ConfigRunPublic]
+    count: int | None = Field(description="rows matching (null unless asked for with with_count on /failures)")
+    has_more: bool

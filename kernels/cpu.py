@@ -1,0 +1,109 @@
+"""The `cpu` backend: the split-KV kernels emulated in numpy, for machines without a GPU.
+
+It runs the kernels' algorithm, not the reference's: the same block_n tiles, split
+boundaries and guards (reference/splits.py, shared with the reference so there is one copy
+of the arithmetic), P rounded to the storage type before P·V as tensor-core kernels do, f32
+partials in NaN-filled buffers, and the unmasked combine of a device combine kernel. The
+defect switches of DEFECTS act on that shared code, so a sweep on this backend shows each
+bug class with its real symptom.
+"""
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from attnconfig import AttentionConfig, parse_config
+from kernels.backend import Backend, DeviceInfo, Prepared, RunOutput
+from reference import chunks, masks, splits
+from reference.inputs import output_dtypes, value_dtype
+from reference.layout import logical_view, to_logical, to_physical
+
+DEFAULT_BLOCK_N = 32
+
+
+def _source_hash() -> str:
+    """Identity of the emulated kernel: the source of every module its arithmetic runs through."""
+    digest = hashlib.sha256()
+    for module_file in (splits.__file__, masks.__file__, chunks.__file__, __file__):
+        digest.update(Path(module_file).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class CpuEmulationBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, defects: frozenset[str] = frozenset(), block_n: int = DEFAULT_BLOCK_N):
+        super().__init__(defects)
+        if block_n < 1:
+            raise ValueError(f"block_n={block_n} must be >= 1")
+        self.block_n = block_n
+        self._source_hash = _source_hash()
+
+    def device_info(self) -> DeviceInfo:
+        return DeviceInfo(
+            backend="cpu",
+            device="cpu (numpy emulation of the split-KV kernels; no GPU)",
+            total_memory=None,
+            compiler_version=f"numpy {np.__version__}",
+            arch=platform.machine(),
+        )
+
+    def variant_name(self, c: AttentionConfig) -> str:
+        """Deterministic name from the parameters a GPU build would compile in."""
+        name = f"cpu_attn_{c.dtype}_bn{self.block_n}_dqk{c.head_dim_qk}_dv{c.head_dim_v}"
+        if self.defects:
+            name += "_defects-" + "-".join(sorted(self.defects))
+        return name
+
+    def prepare(self, config: AttentionConfig) -> Prepared:
+        c = parse_config(config)
+        return Prepared(variant=self.variant_name(c), block_n=self.block_n, source_hash=self._source_hash)
+
+    def run(self, prepared: Prepared, config: AttentionConfig, inputs: Mapping[str, Any]) -> RunOutput:
+        c = parse_config(config)
+        started = time.perf_counter()
+        block_n = prepared.block_n
+        # Copy in: the "device" holds physical layouts and the kernel addresses them logically.
+        device = {
+            "q": logical_view(to_physical(inputs["q"], c.trans_q), c.trans_q),
+            "k": logical_view(to_physical(inputs["k"], c.trans_k), c.trans_k),
+            "v": logical_view(to_physical(inputs["v"], c.trans_v), c.trans_v),
+        }
+        for key in ("bias", "quant_scale", "quant_zero_point"):
+            if key in inputs:
+                device[key] = inputs[key]
+
+        out_dtype, lse_dtype = output_dtypes(c)
+        o_shape = (c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v)
+        o_physical = o_shape[:2] + (o_shape[3], o_shape[2]) if c.trans_o else o_shape
+        o_buffer = np.full(o_physical, np.nan, dtype=out_dtype)
+        lse_buffer = np.full(o_shape[:3], np.nan, dtype=lse_dtype) if c.return_lse else None
+        # f16 and bf16 kernels round P to the storage type for the tensor-core P·V; i8 to f16.
+        p_dtype = None if c.dtype == "f32" else value_dtype(c.dtype)
+
+        S = c.split_kv
+        partial_shape = (S,) + o_shape
+        o_partials = np.full(partial_shape, np.nan, dtype=np.float32)
+        lse_partials = np.full(partial_shape[:-1], np.nan, dtype=np.float32)
+        splits.split_partials(c, device, block_n, self.defects, p_dtype, o_partials, lse_partials)
+        if S == 1:
+            # No partial buffers on the device: the one split writes the final output directly.
+            out_f32, lse_f32 = o_partials[0], lse_partials[0]
+        else:
+            out_f32, lse_f32 = splits.combine_unmasked(o_partials, lse_partials)
+        logical_view(o_buffer, c.trans_o)[...] = out_f32.astype(out_dtype)
+        if lse_buffer is not None:
+            lse_buffer[...] = lse_f32.astype(lse_dtype)
+        run_s = time.perf_counter() - started
+        return RunOutput(
+            out=to_logical(o_buffer, c.trans_o),
+            lse=lse_buffer,
+            o_partials=o_partials if S > 1 else None,
+            lse_partials=lse_partials if S > 1 else None,
+            run_s=run_s,
+        )

@@ -1,0 +1,505 @@
+"""Kernel variants, launch plans and the runtime-neutral part of the GPU backends.
+
+A *variant* is one compilation of kernels/src/attention.hip: every compile-time parameter is in
+its deterministic name (dtype, head-dim buckets, block_n, block_m, threads, defects), so two
+configs that need the same binary share it and the compile cache can key on the name.
+
+Head dims are bucketed: a head dim d in 1..256 runs in the smallest bucket of
+HEAD_DIM_BUCKETS that holds it (compile-time loop bounds, masked against the runtime d); a
+head dim above 256 runs on the general path (bucket 0, written `any`: runtime loop bounds, any
+size up to 1024). So every config of the space has a variant and `NotApplicable` is reserved
+for launch limits no sampled config reaches.
+
+`DeviceBackend` holds everything the CUDA and HIP backends share — variant choice, the compile
+cache, the buffers, NaN prefill, argument packing, launch plan, timing and copy-out — and
+leaves only the runtime calls (compile, load, malloc, memcpy, memset, launch, events) to
+kernels/cuda.py and kernels/hip.py.
+"""
+from __future__ import annotations
+
+import abc
+import ctypes
+import hashlib
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from attnconfig import AttentionConfig
+from attnconfig.footprint import splitkv_extra_bytes
+from kernels.backend import (
+    DEFECTS,
+    Backend,
+    DeviceOutOfMemory,
+    LaunchError,
+    NotApplicable,
+    Prepared,
+    RunOutput,
+)
+
+SRC_DIR = Path(__file__).resolve().parent / "src"
+SOURCE_FILE = "attention.hip"
+HEADER_FILES = ("hip_compat.h",)
+
+HEAD_DIM_BUCKETS = (32, 64, 128, 256)   # compile-time buckets; above the last: general path
+GENERAL_BUCKET = 0
+DEFAULT_BLOCK_N = 32                    # keys per KV block (SPEC §3 block_n)
+DEFAULT_BLOCK_M = 1                     # query rows per thread block
+DEFAULT_THREADS = 128                   # threads per block (must be a multiple of block_n)
+MAX_GRID_X = 2**31 - 1
+MAX_GRID_Y = 65535
+
+# C++ spellings of the kernels' template arguments (HIP names; hip_compat.h maps them on CUDA).
+QK_CPP = {"f16": "__half", "bf16": "__hip_bfloat16", "f32": "float", "i8": "signed char"}
+OUT_CPP = {"f16": "__half", "bf16": "__hip_bfloat16", "f32": "float", "i8": "__half"}
+LSE_CPP = {"f16": "float", "bf16": "float", "f32": "float", "i8": "__half"}
+
+
+def defect_macro(name: str) -> str:
+    """no_neginf_guard -> ATTN_DEFECT_NO_NEGINF_GUARD (the macro attention.hip tests)."""
+    if name not in DEFECTS:
+        raise ValueError(f"defects: unknown defect {name!r}; known: {sorted(DEFECTS)}")
+    return "ATTN_DEFECT_" + name.upper()
+
+
+def head_dim_bucket(d: int) -> int:
+    """Smallest compile-time bucket >= d, or GENERAL_BUCKET (0) above the largest."""
+    if not 1 <= d <= 1024:
+        raise ValueError(f"head dim {d} outside [1, 1024]")
+    for b in HEAD_DIM_BUCKETS:
+        if d <= b:
+            return b
+    return GENERAL_BUCKET
+
+
+def _bucket_label(b: int) -> str:
+    return "any" if b == GENERAL_BUCKET else str(b)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Every compile-time parameter of one binary. The module holds the split kernel and the combine."""
+
+    dtype: str
+    dqk_bucket: int
+    dv_bucket: int
+    block_n: int = DEFAULT_BLOCK_N
+    block_m: int = DEFAULT_BLOCK_M
+    threads: int = DEFAULT_THREADS
+    defects: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.dtype not in QK_CPP:
+            raise ValueError(f"dtype: unknown {self.dtype!r}")
+        if self.threads % self.block_n:
+            raise ValueError(f"threads={self.threads} is not a multiple of block_n={self.block_n}")
+        if self.block_m != 1:
+            raise ValueError("block_m: only 1 query row per thread block is implemented")
+        if tuple(sorted(set(self.defects))) != self.defects:
+            raise ValueError("defects: must be sorted and unique")
+        for d in self.defects:
+            defect_macro(d)
+
+    @property
+    def name(self) -> str:
+        base = (f"attn_{self.dtype}_qk{_bucket_label(self.dqk_bucket)}_v{_bucket_label(self.dv_bucket)}"
+                f"_n{self.block_n}_m{self.block_m}_t{self.threads}")
+        if self.defects:
+            base += "_defect-" + "-".join(self.defects)
+        return base
+
+    @property
+    def fwd_expr(self) -> str:
+        return (f"attn_splitkv_fwd<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
+                f"{self.block_n}, {self.threads}>")
+
+    @property
+    def combine_expr(self) -> str:
+        return f"attn_splitkv_combine<{OUT_CPP[self.dtype]}, {LSE_CPP[self.dtype]}, {self.threads}>"
+
+    @property
+    def name_expressions(self) -> tuple[str, str]:
+        return (self.fwd_expr, self.combine_expr)
+
+    def macro_options(self) -> list[str]:
+        return [f"-D{defect_macro(d)}=1" for d in self.defects]
+
+
+def select_variant(config: AttentionConfig, defects: frozenset[str] | Sequence[str] = ()) -> Variant:
+    """The variant a config runs on. Raises NotApplicable only past the launch limits."""
+    rows = config.g * config.num_heads_q * config.seq_len_q
+    if rows > MAX_GRID_X:
+        raise NotApplicable("grid_too_large", f"g*num_heads_q*seq_len_q={rows} > {MAX_GRID_X}")
+    if config.split_kv > MAX_GRID_Y:
+        raise NotApplicable("grid_too_large", f"split_kv={config.split_kv} > {MAX_GRID_Y}")
+    return Variant(
+        dtype=config.dtype,
+        dqk_bucket=head_dim_bucket(config.head_dim_qk),
+        dv_bucket=head_dim_bucket(config.head_dim_v),
+        defects=tuple(sorted(set(defects))),
+    )
+
+
+@lru_cache(maxsize=1)
+def load_sources() -> tuple[str, dict[str, str], str]:
+    """(attention.hip text, {header name: text}, sha256 of all of them)."""
+    source = (SRC_DIR / SOURCE_FILE).read_text()
+    headers = {name: (SRC_DIR / name).read_text() for name in HEADER_FILES}
+    h = hashlib.sha256()
+    for name, text in [(SOURCE_FILE, source), *sorted(headers.items())]:
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+    return source, headers, h.hexdigest()
+
+
+def source_hash() -> str:
+    return load_sources()[2]
+
+
+# ---- launch plan ----------------------------------------------------------------------------
+def physical_strides(outer: tuple[int, int], seq: int, dim: int, trans: bool) -> tuple[int, int, int, int]:
+    """Element strides (batch, head, seq, dim) of a contiguous [g, H, seq, dim] / [g, H, dim, seq] buffer."""
+    _, heads = outer
+    per_head = seq * dim
+    if trans:
+        return (heads * per_head, per_head, 1, seq)
+    return (heads * per_head, per_head, dim, 1)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument: a ctypes type and its value (pointers are ints, 0 for null)."""
+
+    ctype: type
+    value: Any
+
+    def as_ctypes(self) -> Any:
+        return self.ctype(self.value)
+
+
+def ptr(value: int) -> Arg:
+    return Arg(ctypes.c_void_p, int(value) or None)
+
+
+def i32(value: int) -> Arg:
+    return Arg(ctypes.c_int32, int(value))
+
+
+def i64(value: int) -> Arg:
+    return Arg(ctypes.c_int64, int(value))
+
+
+def f32(value: float) -> Arg:
+    return Arg(ctypes.c_float, float(value))
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str          # "fwd" or "combine"
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple[Arg, ...]
+
+
+def fwd_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int], *,
+               quant_scale: float = 1.0, quant_zero_point: int = 0) -> Launch:
+    c = config
+    g, hq, hkv, sq, sk, dqk, dv = (c.g, c.num_heads_q, c.num_heads_kv, c.seq_len_q, c.seq_len_k,
+                                   c.head_dim_qk, c.head_dim_v)
+    qs = physical_strides((g, hq), sq, dqk, c.trans_q)
+    ks = physical_strides((g, hkv), sk, dqk, c.trans_k)
+    vs = physical_strides((g, hkv), sk, dv, c.trans_v)
+    os_ = physical_strides((g, hq), sq, dv, c.trans_o)
+    scale = 1.0 / float(np.sqrt(dqk)) if c.with_attn_scale else 1.0
+    split = c.split_kv > 1
+    args = (
+        ptr(buf["q"]), ptr(buf["k"]), ptr(buf["v"]), ptr(buf.get("bias", 0)),
+        ptr(0 if split else buf["o"]), ptr(0 if split else buf.get("lse", 0)),
+        ptr(buf.get("o_part", 0)), ptr(buf.get("lse_part", 0)),
+        ptr(buf.get("prefix_offset", 0)), ptr(buf.get("current_seq_len", 0)),
+        i32(g), i32(hq), i32(hkv), i32(sq), i32(sk), i32(dqk), i32(dv),
+        *map(i64, qs), *map(i64, ks), *map(i64, vs), *map(i64, os_),
+        i32(c.split_kv), i32(1 if split else 0), i32(1 if c.causal else 0), f32(scale),
+        f32(quant_scale), i32(quant_zero_point),
+    )
+    return Launch("fwd", (g * hq * sq, c.split_kv, 1), (variant.threads, 1, 1), args)
+
+
+def combine_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int]) -> Launch:
+    c = config
+    os_ = physical_strides((c.g, c.num_heads_q), c.seq_len_q, c.head_dim_v, c.trans_o)
+    args = (
+        ptr(buf["o_part"]), ptr(buf["lse_part"]), ptr(buf["o"]), ptr(buf.get("lse", 0)),
+        i32(c.g), i32(c.num_heads_q), i32(c.seq_len_q), i32(c.head_dim_v),
+        *map(i64, os_), i32(c.split_kv),
+    )
+    return Launch("combine", (c.g * c.num_heads_q * c.seq_len_q, 1, 1), (variant.threads, 1, 1), args)
+
+
+# ---- host-side tensors ----------------------------------------------------------------------
+def _storage_dtypes(dtype: str) -> dict[str, np.dtype]:
+    import ml_dtypes
+
+    fl = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32)}
+    if dtype == "i8":
+        return {"qk": np.dtype(np.int8), "v": np.dtype(np.float16), "o": np.dtype(np.float16),
+                "lse": np.dtype(np.float16)}
+    return {"qk": fl[dtype], "v": fl[dtype], "o": fl[dtype], "lse": np.dtype(np.float32)}
+
+
+# NaN bit patterns used to prefill outputs (a kernel that writes nothing then fails).
+NAN_BITS = {2: 0x7E00, 4: 0x7FC00000}          # f16 quiet NaN; f32 quiet NaN
+BF16_NAN_BITS = 0x7FC0
+
+
+def nan_fill_pattern(dtype: np.dtype) -> tuple[int, int]:
+    """(element size, bit pattern) of a quiet NaN in `dtype`."""
+    dtype = np.dtype(dtype)
+    if dtype.itemsize == 4:
+        return 4, NAN_BITS[4]
+    if dtype == np.float16:
+        return 2, NAN_BITS[2]
+    if dtype.itemsize == 2:  # bfloat16
+        return 2, BF16_NAN_BITS
+    raise ValueError(f"no NaN pattern for {dtype}")
+
+
+def to_physical(x: np.ndarray, trans: bool) -> np.ndarray:
+    from reference.layout import to_physical as _tp
+
+    return _tp(x, trans)
+
+
+def to_logical(x: np.ndarray, trans: bool) -> np.ndarray:
+    from reference.layout import to_logical as _tl
+
+    return _tl(x, trans)
+
+
+@dataclass
+class LoadedVariant:
+    """A variant loaded on the device: its module and the two functions."""
+
+    variant: Variant
+    module: Any
+    functions: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What a compiler produced: the binary and name expression -> lowered name."""
+
+    binary: bytes
+    lowered_names: dict[str, str]
+    log: str = ""
+
+
+class DeviceBackend(Backend, abc.ABC):
+    """The runtime-neutral GPU backend; subclasses implement the `_rt_*` runtime calls."""
+
+    #: arch string for the cache key (sm_90, gfx942...); set by the subclass constructor
+    arch: str = ""
+
+    def __init__(self, defects: frozenset[str] = frozenset(), *, cache: Any = None):
+        super().__init__(defects)
+        from kernels.cache import KernelCache
+
+        self.cache = cache if cache is not None else KernelCache()
+        self._loaded: dict[str, LoadedVariant] = {}
+        self.last_alloc: dict[str, int] = {}   # bytes of each output buffer of the last run
+
+    # -- runtime calls ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def compiler_version(self) -> str: ...
+
+    @abc.abstractmethod
+    def compile_options(self, variant: Variant) -> list[str]: ...
+
+    @abc.abstractmethod
+    def _rt_compile(self, variant: Variant, options: list[str]) -> Compiled: ...
+
+    @abc.abstractmethod
+    def _rt_load(self, compiled: Compiled) -> Any: ...
+
+    @abc.abstractmethod
+    def _rt_get_function(self, module: Any, lowered_name: str) -> Any: ...
+
+    @abc.abstractmethod
+    def _rt_malloc(self, nbytes: int) -> int: ...
+
+    @abc.abstractmethod
+    def _rt_free(self, dptr: int) -> None: ...
+
+    @abc.abstractmethod
+    def _rt_htod(self, dptr: int, host: np.ndarray) -> None: ...
+
+    @abc.abstractmethod
+    def _rt_dtoh(self, host: np.ndarray, dptr: int) -> None: ...
+
+    @abc.abstractmethod
+    def _rt_memset(self, dptr: int, elem_size: int, pattern: int, count: int) -> None: ...
+
+    @abc.abstractmethod
+    def _rt_launch(self, function: Any, launch: Launch) -> None: ...
+
+    @abc.abstractmethod
+    def _rt_event_pair(self) -> tuple[Any, Any]: ...
+
+    @abc.abstractmethod
+    def _rt_record(self, event: Any) -> None: ...
+
+    @abc.abstractmethod
+    def _rt_elapsed_s(self, start: Any, stop: Any) -> float:
+        """Synchronize on `stop` and return the time between the two events in seconds."""
+
+    @abc.abstractmethod
+    def _rt_event_destroy(self, event: Any) -> None: ...
+
+    @abc.abstractmethod
+    def _rt_activate(self) -> None:
+        """Make this backend's device current in the calling thread."""
+
+    # -- prepare --------------------------------------------------------------------------------
+    def variant_for(self, config: AttentionConfig) -> Variant:
+        return select_variant(config, self.defects)
+
+    def cache_key_fields(self, variant: Variant, options: list[str]) -> dict[str, Any]:
+        return {
+            "variant": variant.name,
+            "name_expressions": list(variant.name_expressions),
+            "source_hash": source_hash(),
+            "options": options,
+            "arch": self.arch,
+            "compiler": self.compiler_version(),
+            "backend": self.name,
+        }
+
+    def prepare(self, config: AttentionConfig) -> Prepared:
+        variant = self.variant_for(config)
+        loaded = self._loaded.get(variant.name)
+        if loaded is not None and self.cache.enabled:
+            return Prepared(variant.name, variant.block_n, source_hash(), 0.0, True, loaded)
+        self._rt_activate()
+        options = self.compile_options(variant)
+        result = self.cache.load_or_compile(
+            variant.name, self.cache_key_fields(variant, options),
+            lambda: self._rt_compile(variant, options))
+        compiled = result.compiled
+        module = self._rt_load(compiled)
+        functions = {
+            "fwd": self._rt_get_function(module, compiled.lowered_names[variant.fwd_expr]),
+            "combine": self._rt_get_function(module, compiled.lowered_names[variant.combine_expr]),
+        }
+        loaded = LoadedVariant(variant, module, functions)
+        self._loaded[variant.name] = loaded
+        return Prepared(variant.name, variant.block_n, source_hash(), result.compile_s, result.hit, loaded)
+
+    # -- run ------------------------------------------------------------------------------------
+    def partial_bytes(self, config: AttentionConfig) -> int:
+        """Bytes this backend allocates for the split-KV partials (== splitkv_extra_bytes)."""
+        if config.split_kv == 1:
+            return 0
+        rows = config.split_kv * config.g * config.num_heads_q * config.seq_len_q
+        return rows * config.head_dim_v * 4 + rows * 4
+
+    def run(self, prepared: Prepared, config: AttentionConfig, inputs: Mapping[str, Any]) -> RunOutput:
+        loaded: LoadedVariant = prepared.handle
+        if loaded is None or loaded.variant.name != prepared.variant:
+            raise ValueError(f"prepared handle does not hold variant {prepared.variant}")
+        c = config
+        variant = loaded.variant
+        dt = _storage_dtypes(c.dtype)
+        self._rt_activate()
+
+        host: dict[str, np.ndarray] = {
+            "q": to_physical(np.asarray(inputs["q"], dtype=dt["qk"]), c.trans_q),
+            "k": to_physical(np.asarray(inputs["k"], dtype=dt["qk"]), c.trans_k),
+            "v": to_physical(np.asarray(inputs["v"], dtype=dt["v"]), c.trans_v),
+        }
+        if c.with_attn_bias:
+            host["bias"] = np.ascontiguousarray(np.asarray(inputs["bias"], dtype=dt["v"]))
+        if c.causal and c.prefix_offset is not None:
+            host["prefix_offset"] = np.asarray(c.prefix_offset, dtype=np.int32)
+        if c.current_seq_len is not None:
+            host["current_seq_len"] = np.asarray(c.current_seq_len, dtype=np.int32)
+
+        o_shape_phys = ((c.g, c.num_heads_q, c.head_dim_v, c.seq_len_q) if c.trans_o
+                        else (c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v))
+        rows = c.g * c.num_heads_q * c.seq_len_q
+        outputs: dict[str, tuple[tuple[int, ...], np.dtype]] = {"o": (o_shape_phys, dt["o"])}
+        if c.return_lse:
+            outputs["lse"] = ((c.g, c.num_heads_q, c.seq_len_q), dt["lse"])
+        if c.split_kv > 1:
+            outputs["o_part"] = ((c.split_kv, c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v), np.dtype(np.float32))
+            outputs["lse_part"] = ((c.split_kv, c.g, c.num_heads_q, c.seq_len_q), np.dtype(np.float32))
+        part_bytes = sum(int(np.prod(outputs[k][0])) * 4 for k in ("o_part", "lse_part") if k in outputs)
+        expected = splitkv_extra_bytes(c)
+        if part_bytes != expected or part_bytes != self.partial_bytes(c):
+            raise AssertionError(f"partial buffers {part_bytes} B != splitkv_extra_bytes {expected} B")
+
+        buf: dict[str, int] = {}
+        events: tuple[Any, Any] | None = None
+        try:
+            t0 = time.perf_counter()
+            for name, arr in host.items():
+                buf[name] = self._rt_malloc(max(arr.nbytes, 1))
+                self._rt_htod(buf[name], arr)
+            for name, (shape, dtype) in outputs.items():
+                count = int(np.prod(shape))
+                buf[name] = self._rt_malloc(count * dtype.itemsize)
+                size, pattern = nan_fill_pattern(dtype)
+                self._rt_memset(buf[name], size, pattern, count)
+            self.last_alloc = {k: int(np.prod(s)) * d.itemsize for k, (s, d) in outputs.items()}
+            transfer_s = time.perf_counter() - t0
+
+            launches = [fwd_launch(c, variant, buf,
+                                   quant_scale=float(inputs.get("quant_scale", 1.0)),
+                                   quant_zero_point=int(inputs.get("quant_zero_point", 0)))]
+            if c.split_kv > 1:
+                launches.append(combine_launch(c, variant, buf))
+            events = self._rt_event_pair()
+            self._rt_record(events[0])
+            for launch in launches:
+                self._rt_launch(loaded.functions[launch.kernel], launch)
+            self._rt_record(events[1])
+            run_s = self._rt_elapsed_s(*events)
+
+            t1 = time.perf_counter()
+            got = {}
+            for name, (shape, dtype) in outputs.items():
+                arr = np.empty(shape, dtype=dtype)
+                self._rt_dtoh(arr, buf[name])
+                got[name] = arr
+            transfer_s += time.perf_counter() - t1
+        finally:
+            if events is not None:
+                for ev in events:
+                    self._safe(self._rt_event_destroy, ev)
+            for dptr in buf.values():
+                self._safe(self._rt_free, dptr)
+
+        return RunOutput(
+            out=to_logical(got["o"], c.trans_o),
+            lse=got.get("lse"),
+            o_partials=got.get("o_part"),
+            lse_partials=got.get("lse_part"),
+            run_s=run_s,
+            transfer_s=transfer_s,
+        )
+
+    @staticmethod
+    def _safe(fn: Any, *args: Any) -> None:
+        """Cleanup must not hide the error that got us here (a sticky launch error, say)."""
+        try:
+            fn(*args)
+        except (LaunchError, DeviceOutOfMemory):
+            pass
+
+
+def pack_kernel_params(args: Sequence[Arg]) -> tuple[Any, list[Any]]:
+    """A void*[] of pointers to each argument (cuLaunchKernel's kernelParams) and the keep-alive list."""
+    objs = [a.as_ctypes() for a in args]
+    arr = (ctypes.c_void_p * len(objs))(*[ctypes.addressof(o) for o in objs])
+    return arr, objs

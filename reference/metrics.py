@@ -1,0 +1,204 @@
+"""Verifier metrics (SPEC §4): how far a kernel's outputs are from the reference.
+
+Only measurements live here; which of them gate, and at what bound, is the tolerance
+policy's business (sweeps/). Float metrics are computed over the elements where both sides
+are finite and are therefore always finite numbers (storable, JSON-safe); every non-finite
+disagreement is counted instead (`*_nonfinite`, `lse_inf_mismatch`), and the policy turns
+those counts into the `nan` outcome or a failed gate. Large tensors are processed in row
+blocks, so verifying an output costs a few blocks of memory, not copies of the whole tensor.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from attnconfig import AttentionConfig
+from attnconfig.outcomes import METRIC_KEYS
+from reference.inputs import as_config
+
+TINY = np.finfo(np.float64).tiny
+REL_FLOOR = 1e-8  # rel_diff = abs_diff / max(|ref|, 1e-8)
+_BLOCK_ELEMENTS = 1 << 20
+
+
+def _row_blocks(*arrays: np.ndarray):
+    """Yield matching [rows, n] f64-ready blocks of arrays sharing a shape (last axis = row)."""
+    shape = arrays[0].shape
+    n = shape[-1] if shape else 1
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    flat = [a.reshape(rows, n) for a in arrays]
+    step = max(1, _BLOCK_ELEMENTS // max(n, 1))
+    for r in range(0, rows, step):
+        yield [f[r:r + step] for f in flat]
+
+
+def _cast_ref(ref: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The reference as the output's storage type would hold it, then float64."""
+    return np.asarray(ref).astype(out.dtype).astype(np.float64)
+
+
+class _Accumulator:
+    """Running sums and maxima of one comparison, fed block by block."""
+
+    def __init__(self) -> None:
+        self.sq_sum = 0.0
+        self.count = 0
+        self.max_abs = 0.0
+        self.max_mag = 0.0
+        self.max_rel = 0.0
+        self.row_err = 0.0
+
+    def add(self, r: np.ndarray, o: np.ndarray, use: np.ndarray) -> None:
+        """r, o: f64 [rows, n]; use: elements that enter the float metrics."""
+        with np.errstate(invalid="ignore"):  # inf - inf where `use` is false anyway
+            diff = np.where(use, np.abs(r - o), 0.0)
+        mag = np.where(use, np.maximum(np.abs(r), np.abs(o)), 0.0)
+        self.sq_sum += float(np.sum(diff * diff))
+        self.count += int(use.sum())
+        if diff.size:
+            self.max_abs = max(self.max_abs, float(diff.max()))
+            self.max_mag = max(self.max_mag, float(mag.max()))
+            rel_use = use & (r != 0)
+            if rel_use.any():
+                rel = diff[rel_use] / np.maximum(np.abs(r[rel_use]), REL_FLOOR)
+                self.max_rel = max(self.max_rel, float(rel.max()))
+            row = diff.max(axis=-1) / np.maximum(mag.max(axis=-1), TINY)
+            self.row_err = max(self.row_err, float(row.max()))
+
+    @property
+    def rms(self) -> float:
+        if self.count == 0 or self.max_mag == 0:
+            return 0.0  # identical all-zero tensors
+        return float(np.sqrt(self.sq_sum) / (self.max_mag * np.sqrt(self.count)))
+
+
+def tensor_metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, float | int]:
+    """max_abs, max_rel, rms, row_err (worst row over the last axis) and nonfinite of out vs ref."""
+    _check_shapes(ref, out)
+    acc = _Accumulator()
+    nonfinite = 0
+    for r_raw, o_raw in _row_blocks(np.asarray(ref), out):
+        r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
+        r_fin, o_fin = np.isfinite(r), np.isfinite(o)
+        nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & r_fin).sum())
+        acc.add(r, o, r_fin & o_fin)
+    return {"max_abs": acc.max_abs, "max_rel": acc.max_rel, "rms": acc.rms, "row_err": acc.row_err,
+            "nonfinite": nonfinite}
+
+
+def lse_metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, float | int]:
+    """As tensor_metrics for LSE: matched -inf are exact and left out; -inf against a finite
+    value (either way round) is counted in inf_mismatch."""
+    _check_shapes(ref, out)
+    acc = _Accumulator()
+    nonfinite = inf_mismatch = 0
+    for r_raw, o_raw in _row_blocks(np.asarray(ref), out):
+        r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
+        r_fin, o_fin = np.isfinite(r), np.isfinite(o)
+        nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & r_fin).sum())
+        inf_mismatch += int(((r == -np.inf) & o_fin).sum() + (r_fin & (o == -np.inf)).sum())
+        acc.add(r, o, r_fin & o_fin)
+    return {"max_abs": acc.max_abs, "rms": acc.rms, "row_err": acc.row_err, "nonfinite": nonfinite,
+            "inf_mismatch": inf_mismatch}
+
+
+def err_ratio(ref: np.ndarray, out: np.ndarray, low: np.ndarray) -> float:
+    """max|out - ref| / max(max|low - ref|, tiny), over elements where all three are finite.
+
+    ref is taken as given (not rounded to the storage type), as in FlashAttention's rule:
+    rounding it would make max|low - ref| exactly 0 on small tensors and the ratio explode.
+    """
+    _check_shapes(ref, out)
+    _check_shapes(ref, low)
+    worst_out = worst_low = 0.0
+    for r, o, w in _row_blocks(np.asarray(ref), out, low):
+        r, o, w = r.astype(np.float64), o.astype(np.float64), w.astype(np.float64)
+        use = np.isfinite(r) & np.isfinite(o) & np.isfinite(w)
+        if use.any():
+            worst_out = max(worst_out, float(np.abs(o[use] - r[use]).max()))
+            worst_low = max(worst_low, float(np.abs(w[use] - r[use]).max()))
+    return worst_out / max(worst_low, TINY)
+
+
+def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
+                    o_partials: np.ndarray | None, lse_partials: np.ndarray | None) -> dict[str, float | int]:
+    """Partials vs the reference partials at the same block_n (SPEC §4, §5 gate 3).
+
+    row_err and lse_max_abs over valid (split, row) entries; invalid_bad counts invalid or
+    empty entries that are not exactly O_s = 0 and LSE_s = -inf; nonfinite counts NaN, and
+    inf where the reference partial is finite.
+    """
+    S = ref_lse.shape[0]
+    if o_partials is not None:
+        _check_shapes(ref_o, o_partials)
+    if lse_partials is not None:
+        _check_shapes(ref_lse, lse_partials)
+    n_rows = valid.size
+    dv = ref_o.shape[-1]
+    step = max(1, _BLOCK_ELEMENTS // max(dv, 1))
+    valid_flat = valid.reshape(n_rows)
+    row_err = lse_max_abs = 0.0
+    invalid_bad = nonfinite = 0
+    for s in range(S):
+        for r0 in range(0, n_rows, step):
+            rows = slice(r0, r0 + step)
+            is_valid = s < valid_flat[rows]
+            bad = np.zeros(is_valid.shape, dtype=bool)
+            if o_partials is not None:
+                r = ref_o[s].reshape(n_rows, dv)[rows].astype(np.float64)
+                o = o_partials[s].reshape(n_rows, dv)[rows].astype(np.float64)
+                nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & np.isfinite(r)).sum())
+                use = np.isfinite(r) & np.isfinite(o) & is_valid[:, None]
+                diff = np.where(use, np.abs(np.where(use, r, 0) - np.where(use, o, 0)), 0.0)
+                mag = np.where(use, np.maximum(np.abs(r), np.abs(o)), 0.0)
+                if diff.size:
+                    row_err = max(row_err, float((diff.max(axis=-1) / np.maximum(mag.max(axis=-1), TINY)).max()))
+                bad |= ~np.all(o == 0, axis=-1)
+            if lse_partials is not None:
+                r = ref_lse[s].reshape(n_rows)[rows].astype(np.float64)
+                o = lse_partials[s].reshape(n_rows)[rows].astype(np.float64)
+                nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & np.isfinite(r)).sum())
+                use = np.isfinite(r) & np.isfinite(o) & is_valid
+                if use.any():
+                    lse_max_abs = max(lse_max_abs, float(np.abs(r[use] - o[use]).max()))
+                bad |= o != -np.inf
+            invalid_bad += int((bad & ~is_valid).sum())
+    return {"row_err": row_err, "lse_max_abs": lse_max_abs, "invalid_bad": invalid_bad, "nonfinite": nonfinite}
+
+
+def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any, low_out: np.ndarray | None,
+                   out: np.ndarray, lse: np.ndarray | None, o_partials: np.ndarray | None = None,
+                   lse_partials: np.ndarray | None = None, *,
+                   exact: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float | int | None]:
+    """Every SPEC §4 metric of one run, as the flat dict the store keeps (None: not applicable).
+
+    ref_result is the split-KV reference (reference.splitkv.SplitKVResult) at the block_n the
+    kernel ran. O and LSE are compared with its out_f32 / lse_f32 unless `exact` gives the
+    float64 (out, lse) of attention_exact; the partials always with its partials.
+    """
+    c = as_config(config)
+    ref_out, ref_lse = exact if exact is not None else (ref_result.out_f32, ref_result.lse_f32)
+    metrics: dict[str, float | int | None] = dict.fromkeys(METRIC_KEYS)
+    o = tensor_metrics(ref_out, out)
+    metrics.update(out_rms=o["rms"], out_row_err=o["row_err"], out_max_abs=o["max_abs"],
+                   out_max_rel=o["max_rel"], out_nonfinite=o["nonfinite"])
+    if low_out is not None:
+        metrics["out_err_ratio"] = err_ratio(ref_out, out, low_out)
+    if lse is not None:
+        m = lse_metrics(ref_lse, lse)
+        metrics.update(lse_rms=m["rms"], lse_max_abs=m["max_abs"], lse_row_err=m["row_err"],
+                       lse_inf_mismatch=m["inf_mismatch"], lse_nonfinite=m["nonfinite"])
+    if o_partials is not None or lse_partials is not None:
+        if ref_result.lse_partials.shape[0] != c.split_kv:
+            raise ValueError(f"reference has {ref_result.lse_partials.shape[0]} splits, config split_kv={c.split_kv}")
+        p = partial_metrics(ref_result.o_partials, ref_result.lse_partials, ref_result.valid_splits,
+                            o_partials, lse_partials)
+        metrics.update(partials_row_err=p["row_err"], partials_lse_max_abs=p["lse_max_abs"],
+                       partials_invalid_bad=p["invalid_bad"], partials_nonfinite=p["nonfinite"])
+    return metrics
+
+
+def _check_shapes(ref: np.ndarray, out: np.ndarray) -> None:
+    if np.shape(ref) != np.shape(out):
+        raise ValueError(f"shape mismatch: reference {np.shape(ref)} vs output {np.shape(out)}")

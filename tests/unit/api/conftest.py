@@ -1,0 +1,60 @@
+"""An API on a fresh SQLite file with kombu's in-memory broker: no server, no Redis."""
+from __future__ import annotations
+
+import uuid
+import warnings
+from typing import Any, Iterator
+
+import pytest
+
+BASE = dict(dtype="f16", g=1, seq_len_q=4, seq_len_k=64, num_heads_q=2, num_heads_kv=1, head_dim_qk=32, head_dim_v=32)
+
+
+def make_settings(url: str, **overrides: Any):
+    from core.settings import Settings
+
+    fields = dict(database_url=url, broker_url="memory://", queue_prefix=f"u{uuid.uuid4().hex[:8]}-")
+    fields.update(overrides)
+    return Settings(**fields)
+
+
+def make_client(settings):  # noqa: ANN001, ANN201
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    return TestClient(create_app(settings))
+
+
+@pytest.fixture
+def settings(sqlite_url):  # noqa: ANN001, ANN201
+    from store.migrate import upgrade
+
+    upgrade(sqlite_url)
+    return make_settings(sqlite_url)
+
+
+@pytest.fixture
+def client(settings) -> Iterator[Any]:  # noqa: ANN001
+    with make_client(settings) as c:
+        yield c
+
+
+def published(settings, queue_kind: str = "cpu") -> list[dict]:  # noqa: ANN001
+    """Every task message waiting in a queue of the in-memory broker (consumed by reading)."""
+    from workers.app import create_celery
+
+    celery = create_celery(settings)
+    out = []
+    with celery.connection_for_read() as conn:
+        queue = conn.SimpleQueue(settings.queue_name(queue_kind), no_ack=True)
+        while True:
+            try:
+                msg = queue.get(block=False)
+            except queue.Empty:
+                break
+            out.append({"headers": msg.headers, "args": msg.payload[0]})
+        queue.close()
+    return out

@@ -1,0 +1,358 @@
+"""Kernel variants: naming and bucketing, launch plans, and the kernel source itself run on the host.
+
+The second half compiles kernels/src/attention.hip with g++ (hip_compat.h's host-emulation
+branch: std::threads stand in for one thread block) and drives it through the very
+`DeviceBackend.run` the CUDA and HIP backends use — buffers, NaN prefill, strides, argument
+packing, the combine — so the kernels' arithmetic, guards and defect switches are tested on a
+machine without a GPU. tests/gpu/ repeats the matrix on a real GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnconfig import AttentionConfig
+from attnconfig.footprint import splitkv_extra_bytes
+from kernels.backend import DEFECTS, CompileError, DeviceInfo, NotApplicable
+from kernels.cache import KernelCache
+from kernels.variants import (
+    GENERAL_BUCKET,
+    HEAD_DIM_BUCKETS,
+    SRC_DIR,
+    Compiled,
+    DeviceBackend,
+    Launch,
+    Variant,
+    combine_launch,
+    defect_macro,
+    fwd_launch,
+    head_dim_bucket,
+    load_sources,
+    nan_fill_pattern,
+    pack_kernel_params,
+    physical_strides,
+    select_variant,
+)
+
+
+def cfg(**kw) -> AttentionConfig:
+    base = dict(dtype="f16", g=1, seq_len_q=4, seq_len_k=40, num_heads_q=2, num_heads_kv=1,
+                head_dim_qk=16, head_dim_v=16)
+    base.update(kw)
+    return AttentionConfig(**base)
+
+
+# ---- naming and bucketing -------------------------------------------------------------------
+def test_head_dim_buckets_cover_every_size():
+    assert [head_dim_bucket(d) for d in (1, 32, 33, 64, 65, 128, 129, 256)] == [32, 32, 64, 64, 128, 128, 256, 256]
+    for d in (257, 512, 1000, 1024):
+        assert head_dim_bucket(d) == GENERAL_BUCKET
+    for d in range(1, 1025):
+        b = head_dim_bucket(d)
+        assert b == GENERAL_BUCKET or d <= b
+    with pytest.raises(ValueError):
+        head_dim_bucket(1025)
+
+
+def test_variant_name_holds_every_compile_time_parameter():
+    v = select_variant(cfg(dtype="bf16", head_dim_qk=80, head_dim_v=300))
+    assert v.name == "attn_bf16_qk128_vany_n32_m1_t128"
+    assert v.fwd_expr == "attn_splitkv_fwd<__hip_bfloat16, 128, 0, 32, 128>"
+    assert v.combine_expr == "attn_splitkv_combine<__hip_bfloat16, float, 128>"
+    i8 = select_variant(cfg(dtype="i8"))
+    assert i8.combine_expr == "attn_splitkv_combine<__half, __half, 128>"
+    assert i8.fwd_expr.startswith("attn_splitkv_fwd<signed char, 32, 32,")
+    d = select_variant(cfg(), frozenset({"no_zero_sum_guard", "causal_off_by_one"}))
+    assert d.name.endswith("_defect-causal_off_by_one-no_zero_sum_guard")
+    assert d.macro_options() == ["-DATTN_DEFECT_CAUSAL_OFF_BY_ONE=1", "-DATTN_DEFECT_NO_ZERO_SUM_GUARD=1"]
+    # every distinct parameter set gets a distinct name
+    names = {Variant(dt, a, b, defects=df).name for dt in ("f16", "bf16", "f32", "i8")
+             for a in (*HEAD_DIM_BUCKETS, 0) for b in (*HEAD_DIM_BUCKETS, 0)
+             for df in ((), ("no_neginf_guard",), ("floor_blocks_per_split", "no_neginf_guard"))}
+    assert len(names) == 4 * 25 * 3
+    for n in names:
+        assert all(ch.isalnum() or ch in "_-" for ch in n)
+
+
+def test_configs_sharing_a_binary_share_a_variant():
+    a = select_variant(cfg(seq_len_k=7, split_kv=1, head_dim_qk=40))
+    b = select_variant(cfg(seq_len_k=9000, split_kv=16, return_lse=True, causal=True, head_dim_qk=64))
+    assert a == b and a.name == b.name
+
+
+def test_every_defect_has_a_macro_the_source_tests():
+    source, _, _ = load_sources()
+    for name in DEFECTS:
+        assert f"#ifdef {defect_macro(name)}" in source
+    with pytest.raises(ValueError):
+        defect_macro("nope")
+
+
+def test_source_hash_changes_with_the_source():
+    _, _, h = load_sources()
+    text = (SRC_DIR / "attention.hip").read_text()
+    manual = hashlib.sha256()
+    for name, t in [("attention.hip", text), ("hip_compat.h", (SRC_DIR / "hip_compat.h").read_text())]:
+        manual.update(name.encode() + b"\0" + t.encode() + b"\0")
+    assert h == manual.hexdigest()
+
+
+def test_select_variant_not_applicable_only_past_launch_limits():
+    with pytest.raises(NotApplicable) as e:
+        select_variant(cfg(split_kv=70000, return_lse=True))
+    assert e.value.reason == "grid_too_large"
+
+
+def test_physical_strides_match_numpy():
+    for trans in (False, True):
+        shape = (2, 3, 5, 7) if not trans else (2, 3, 7, 5)   # [g,H,seq,dim] / [g,H,dim,seq]
+        arr = np.zeros(shape, dtype=np.float32)
+        sb, sh, ss, sd = physical_strides((2, 3), 5, 7, trans)
+        logical = np.swapaxes(arr, -1, -2) if trans else arr
+        assert tuple(s // 4 for s in logical.strides) == (sb, sh, ss, sd)
+
+
+def test_launch_plans():
+    c = cfg(split_kv=4, return_lse=True, trans_q=True, trans_o=True, with_attn_scale=False)
+    v = select_variant(c)
+    buf = {"q": 1, "k": 2, "v": 3, "o": 4, "lse": 5, "o_part": 6, "lse_part": 7}
+    f = fwd_launch(c, v, buf)
+    assert f.grid == (1 * 2 * 4, 4, 1) and f.block == (128, 1, 1)
+    vals = [a.value for a in f.args]
+    assert vals[4] is None and vals[5] is None          # final O/LSE not written by the split kernel
+    assert vals[6] == 6 and vals[7] == 7
+    assert len(f.args) == 39
+    cl = combine_launch(c, v, buf)
+    assert cl.grid == (8, 1, 1) and [a.value for a in cl.args][:4] == [6, 7, 4, 5]
+    one = fwd_launch(cfg(), v, {"q": 1, "k": 2, "v": 3, "o": 4})
+    assert [a.value for a in one.args][4:8] == [4, None, None, None]
+    params, keep = pack_kernel_params(f.args)
+    assert len(params) == 39 and len(keep) == 39
+
+
+def test_nan_patterns():
+    import ml_dtypes
+
+    for dt in (np.float16, np.float32, ml_dtypes.bfloat16):
+        size, bits = nan_fill_pattern(np.dtype(dt))
+        raw = np.array([bits], dtype=np.uint16 if size == 2 else np.uint32)
+        assert np.isnan(raw.view(dt).astype(np.float32)).all()
+
+
+# ---- the kernel source on the host ------------------------------------------------------------
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not found: the host emulation needs a C++20 compiler")
+
+
+class HostEmuBackend(DeviceBackend):
+    """DeviceBackend whose 'device' is host memory and whose compiler is g++ (tests only)."""
+
+    name = "hostemu"
+    arch = "host"
+
+    def __init__(self, defects=frozenset(), cache=None):
+        super().__init__(frozenset(defects), cache=cache or KernelCache(enabled=False))
+        self._mem: dict[int, np.ndarray] = {}
+        self._tmp = Path(tempfile.mkdtemp(prefix="attn-hostemu-"))
+
+    def device_info(self) -> DeviceInfo:
+        return DeviceInfo("hostemu", "host emulation of attention.hip", None, "", self.compiler_version(), "host")
+
+    def compiler_version(self) -> str:
+        return subprocess.run([GXX, "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
+
+    def compile_options(self, variant: Variant) -> list[str]:
+        return ["-std=c++20", "-O1", "-pthread", "-shared", "-fPIC", "-DATTN_HOST_EMULATION",
+                *variant.macro_options()]
+
+    def _rt_compile(self, variant: Variant, options: list[str]) -> Compiled:
+        entry = self._tmp / f"{variant.name}.cpp"
+        entry.write_text(
+            '#include "attention.hip"\n'
+            'extern "C" void emu_launch(int which, void** p, unsigned gx, unsigned gy, unsigned gz, unsigned nt) {\n'
+            f'  if (which == 0) attn_emu_launch(&{variant.fwd_expr}, p, gx, gy, gz, nt);\n'
+            f'  else attn_emu_launch(&{variant.combine_expr}, p, gx, gy, gz, nt);\n'
+            '}\n')
+        out = self._tmp / f"{variant.name}.so"
+        proc = subprocess.run([GXX, *options, "-I", str(SRC_DIR), "-x", "c++", str(entry), "-o", str(out)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise CompileError(f"g++ failed on {variant.name}", log=proc.stderr)
+        return Compiled(out.read_bytes(), {variant.fwd_expr: "0", variant.combine_expr: "1"}, proc.stderr)
+
+    def _rt_load(self, compiled: Compiled):
+        path = self._tmp / f"mod-{hashlib.sha1(compiled.binary).hexdigest()}.so"
+        if not path.exists():   # never rewrite a library that may be mapped already
+            path.write_bytes(compiled.binary)
+        lib = ctypes.CDLL(str(path))
+        lib.emu_launch.argtypes = [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_uint] * 4
+        return lib
+
+    def _rt_get_function(self, module, lowered_name: str):
+        return (module, int(lowered_name))
+
+    def _rt_activate(self) -> None:
+        pass
+
+    def _rt_malloc(self, nbytes: int) -> int:
+        arr = np.empty(nbytes + 64, dtype=np.uint8)
+        addr = (arr.ctypes.data + 63) // 64 * 64
+        self._mem[addr] = arr
+        return addr
+
+    def _rt_free(self, dptr: int) -> None:
+        del self._mem[dptr]
+
+    def _rt_htod(self, dptr: int, host: np.ndarray) -> None:
+        host = np.ascontiguousarray(host)
+        ctypes.memmove(dptr, host.ctypes.data, host.nbytes)
+
+    def _rt_dtoh(self, host: np.ndarray, dptr: int) -> None:
+        ctypes.memmove(host.ctypes.data, dptr, host.nbytes)
+
+    def _rt_memset(self, dptr: int, elem_size: int, pattern: int, count: int) -> None:
+        ct = ctypes.c_uint16 if elem_size == 2 else ctypes.c_uint32
+        (ct * count).from_address(dptr)[:] = [pattern] * count
+
+    def _rt_launch(self, function, launch: Launch) -> None:
+        lib, which = function
+        params, keep = pack_kernel_params(launch.args)
+        lib.emu_launch(which, ctypes.addressof(params), *launch.grid, launch.block[0])
+        del keep
+
+    def _rt_event_pair(self):
+        return [0.0], [0.0]
+
+    def _rt_record(self, event) -> None:
+        event[0] = time.perf_counter()
+
+    def _rt_elapsed_s(self, start, stop) -> float:
+        return stop[0] - start[0]
+
+    def _rt_event_destroy(self, event) -> None:
+        pass
+
+    def _rt_malloc_total(self) -> int:
+        return sum(a.nbytes for a in self._mem.values())
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory):
+    cache = KernelCache(tmp_path_factory.mktemp("kcache"), enabled=True)
+    return HostEmuBackend(cache=cache)
+
+
+def _emu_run(backend, c):
+    from reference.inputs import make_inputs
+
+    inputs = make_inputs(c)
+    prepared = backend.prepare(c)
+    return inputs, prepared, backend.run(prepared, c, inputs)
+
+
+def _check_against_reference(c, inputs, out, block_n, tol):
+    from reference.exact import attention_exact
+
+    o_ref, lse_ref = attention_exact(c, inputs)
+    o = out.out.astype(np.float64)
+    assert out.out.shape == o_ref.shape
+    assert np.isfinite(o).all()
+    scale = max(np.abs(o_ref).max(), 1e-6)
+    assert np.abs(o - o_ref).max() / scale < tol, (c, np.abs(o - o_ref).max())
+    if c.return_lse:
+        lse = out.lse.astype(np.float64)
+        assert lse.shape == lse_ref.shape
+        assert np.array_equal(np.isneginf(lse), np.isneginf(lse_ref))
+        fin = np.isfinite(lse_ref)
+        assert np.abs(lse[fin] - lse_ref[fin]).max() < tol * 10
+    if c.split_kv > 1:
+        from reference.splits import split_partials
+
+        op, lp = split_partials(c, inputs, block_n)
+        assert out.o_partials.shape == op.shape and out.lse_partials.shape == lp.shape
+        assert np.array_equal(np.isneginf(out.lse_partials), np.isneginf(lp))
+        assert not np.isnan(out.o_partials).any() and not np.isnan(out.lse_partials).any()
+        assert np.abs(out.o_partials - op).max() < tol * max(np.abs(op).max(), 1e-6)
+        empty = np.isneginf(lp)
+        assert (out.o_partials[empty] == 0).all()
+
+
+EMU_CASES = [
+    dict(dtype="f32"),
+    dict(dtype="f16", causal=True, split_kv=4, return_lse=True),
+    dict(dtype="bf16", g=2, current_seq_len=[0, 37], split_kv=3, return_lse=True, trans_k=True, trans_v=True),
+    dict(dtype="i8", with_attn_bias=True, trans_q=True, trans_o=True, return_lse=True, head_dim_v=40),
+    dict(dtype="f32", g=2, causal=True, prefix_offset=[3, 30], split_kv=2, return_lse=True, num_heads_q=4,
+         num_heads_kv=2, with_attn_scale=False),
+    dict(dtype="f16", head_dim_qk=300, head_dim_v=5, seq_len_k=70, split_kv=8, return_lse=True),
+    dict(dtype="i8", seq_len_q=1, seq_len_k=33, causal=True, prefix_offset=[0], current_seq_len=[32],
+         split_kv=2, return_lse=True),
+]
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", EMU_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items())[:80])
+def test_kernel_source_on_host_matches_reference(emu, case):
+    c = cfg(**case)
+    tol = {"f32": 1e-5, "f16": 4e-3, "bf16": 3e-2, "i8": 4e-3}[c.dtype]
+    inputs, prepared, out = _emu_run(emu, c)
+    assert prepared.block_n == 32 and prepared.variant == select_variant(c).name
+    _check_against_reference(c, inputs, out, prepared.block_n, tol)
+    assert emu.last_alloc.get("o_part", 0) + emu.last_alloc.get("lse_part", 0) == splitkv_extra_bytes(c)
+
+
+@needs_gxx
+def test_kernel_source_defects_show_their_symptoms(tmp_path):
+    from reference.exact import attention_exact
+
+    cache = KernelCache(tmp_path, enabled=True)
+    c_causal = cfg(dtype="f32", causal=True, seq_len_q=3, seq_len_k=70, split_kv=4, return_lse=True)
+    c_small = cfg(dtype="f32", seq_len_q=2, seq_len_k=20, split_kv=4, return_lse=True)
+    expect = {
+        # the first split of row 0 is valid, the others are fully masked: NaN without the guard
+        "no_neginf_guard": (c_causal, "nan"),
+        # 1 block, 4 splits: floor gives 0 blocks per split, every split empty, O = 0
+        "floor_blocks_per_split": (c_small, "wrong"),
+        # 1 block, 4 splits: splits 1..3 empty, acc / 0 = NaN reaches O through the combine
+        "no_zero_sum_guard": (c_small, "nan"),
+        # row 0 sees no key at all: O = 0, LSE = -inf
+        "causal_off_by_one": (c_causal, "wrong"),
+    }
+    for defect, (c, symptom) in expect.items():
+        backend = HostEmuBackend({defect}, cache=cache)
+        inputs, prepared, out = _emu_run(backend, c)
+        assert defect in prepared.variant
+        o_ref, _ = attention_exact(c, inputs)
+        if symptom == "nan":
+            assert np.isnan(out.out).any(), defect
+        else:
+            assert not np.isnan(out.out).any(), defect
+            assert np.abs(out.out - o_ref).max() > 0.05, defect
+
+
+@needs_gxx
+def test_outputs_are_nan_prefilled(emu, monkeypatch):
+    c = cfg(dtype="f16", split_kv=2, return_lse=True)
+    monkeypatch.setattr(HostEmuBackend, "_rt_launch", lambda self, f, launch: None)
+    _, _, out = _emu_run(emu, c)
+    assert np.isnan(out.out.astype(np.float32)).all() and np.isnan(out.lse).all()
+    assert np.isnan(out.o_partials).all() and np.isnan(out.lse_partials).all()
+
+
+@needs_gxx
+def test_compile_error_carries_the_log(tmp_path, monkeypatch):
+    backend = HostEmuBackend(cache=KernelCache(tmp_path, enabled=True))
+    monkeypatch.setattr(Variant, "macro_options", lambda self: ["-DATTN_MAX_HEAD_DIM=nonsense("])
+    with pytest.raises(CompileError) as e:
+        backend.prepare(cfg(dtype="f32", head_dim_qk=500))
+    assert "error" in e.value.log.lower()
+    assert not list(tmp_path.glob("*.bin"))

@@ -1,0 +1,65 @@
+"""The Celery app's reliability settings, queue routing, batching by kernel variant, GPU pinning."""
+from __future__ import annotations
+
+import os
+
+from attnconfig import parse_config
+from core.settings import Settings
+from workers.app import create_celery, queue_kind
+from workers.enqueue import batches, variant_key
+from workers.start import pin_gpu, worker_argv
+
+BASE = dict(dtype="f16", g=1, seq_len_q=4, seq_len_k=64, num_heads_q=2, num_heads_kv=1, head_dim_qk=32, head_dim_v=32)
+
+
+def test_long_task_settings_follow_celerys_guide():
+    settings = Settings(config_time_limit_s=120, config_time_grace_s=30, task_batch_size=8)
+    conf = create_celery(settings).conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.task_serializer == "json" and conf.accept_content == ["json"]
+    # Celery's hard limit only backs the per-config watchdog: a full batch of configs that each
+    # ran to limit + grace still fits, and Redis waits longer still before redelivering.
+    assert conf.task_time_limit >= 8 * (120 + 30)
+    assert conf.broker_transport_options["visibility_timeout"] > conf.task_time_limit
+
+
+def test_backends_route_to_their_queue():
+    assert queue_kind("cpu") == "cpu"
+    assert {queue_kind(b) for b in ("auto", "cuda", "hip")} == {"gpu"}
+    settings = Settings(queue_prefix="farm1-")
+    assert (settings.queue_name("cpu"), settings.queue_name("gpu")) == ("farm1-cpu", "farm1-gpu")
+
+
+def test_batches_hold_one_kernel_variant_each_and_every_config_once():
+    dims = [32, 64, 128, 40, 256, 300, 32, 64]  # head-dim buckets 32, 64, 128, 64, 256, any, 32, 64
+    configs = [parse_config({**BASE, "head_dim_qk": d, "head_dim_v": d, "dtype": dt, "data_seed": i})
+               for i, (d, dt) in enumerate((d, dt) for d in dims for dt in ("f16", "bf16"))]
+    out = batches(configs, size=3)
+    flat = [h for b in out for h, _ in b]
+    assert sorted(flat) == sorted(c.content_hash() for c in configs)
+    by_hash = {c.content_hash(): c for c in configs}
+    for batch in out:
+        assert 1 <= len(batch) <= 3
+        assert len({variant_key(by_hash[h]) for h, _ in batch}) == 1
+    # 16 configs in 10 variants: (f16|bf16) x (32: 2, 64: 3, 128, 256, any) -> 2 * (1 + 1 + 1 + 1 + 1) = 10 batches
+    assert len(out) == 10
+    assert variant_key(configs[0], ["causal_off_by_one"]) != variant_key(configs[0])
+
+
+def test_gpu_pinning_sets_both_runtimes_visible_devices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
+    pin_gpu(None)
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    pin_gpu(3)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3" and os.environ["HIP_VISIBLE_DEVICES"] == "3"
+
+
+def test_worker_argv_consumes_one_queue_with_the_given_concurrency():
+    argv = worker_argv("farm1-gpu", 1, "gpu0@h", "INFO")
+    assert argv[0] == "worker"
+    assert argv[argv.index("--queues") + 1] == "farm1-gpu"
+    assert argv[argv.index("--concurrency") + 1] == "1"
+    assert argv[argv.index("--hostname") + 1] == "gpu0@h"
+    assert argv[argv.index("--pool") + 1] == "prefork"  # tasks in a child: the main process heartbeats

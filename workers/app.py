@@ -1,0 +1,53 @@
+"""The Celery app: the broker, the two queues and the settings long GPU tasks need.
+
+Celery's guide for long tasks: acknowledge late (a task lost with its worker is delivered
+again; our result writes are idempotent, so running twice is safe), reject on worker loss,
+prefetch one task at a time, and a Redis visibility timeout longer than the longest task
+(else Redis hands a running task to a second worker).
+
+`celery -A workers.app ...` (Flower, inspect) finds `app` here; it is built from the settings
+when first asked for, never at import time.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from core.settings import Settings, get_settings
+
+TASK_RUN_CONFIGS = "attnsweep.run_configs"
+
+
+def queue_kind(backend: str) -> str:
+    """SPEC §8: backend cpu -> the cpu queue; auto, cuda, hip -> the GPU queue."""
+    return "cpu" if backend == "cpu" else "gpu"
+
+
+def create_celery(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    celery = Celery("attnsweep", broker=settings.broker_url, include=["workers.tasks"])
+    celery.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,  # results go to the database, never to a result backend
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=settings.queue_name("cpu"),
+        task_time_limit=settings.task_time_limit_s,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        worker_send_task_events=True,  # Flower
+        worker_hijack_root_logger=False,
+    )
+    celery.attnsweep_settings = settings  # read by the task (workers.tasks) in the worker
+    return celery
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        global app
+        app = create_celery()
+        return app
+    raise AttributeError(name)

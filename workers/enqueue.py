@@ -1,0 +1,69 @@
+"""Publishing a stored sweep's configs: small batches, each of one kernel variant where it can.
+
+A batch runs in one task, so its worker compiles the variant once. Configs are grouped by the
+variant the GPU backends would compile (kernels.variants.select_variant: dtype, head-dim
+buckets, defects), keep their sampled order inside a group, and are cut into batches of at
+most `task_batch_size`; a batch never mixes two variants.
+"""
+from __future__ import annotations
+
+from itertools import groupby
+from typing import Any, Sequence
+
+from celery import Celery
+
+from attnconfig import AttentionConfig
+from core.settings import Settings
+from workers.app import TASK_RUN_CONFIGS, queue_kind
+
+Item = tuple[str, dict[str, Any]]  # (config_hash, config as JSON): what a task carries per config
+
+
+def variant_key(config: AttentionConfig, defects: Sequence[str] = ()) -> str:
+    from kernels.backend import NotApplicable
+    from kernels.variants import select_variant
+
+    try:
+        return select_variant(config, frozenset(defects)).name
+    except NotApplicable as exc:
+        return f"not_applicable:{exc.reason}"
+
+
+def items_of(configs: Sequence[AttentionConfig]) -> list[tuple[str, dict[str, Any], AttentionConfig]]:
+    return [(c.content_hash(), c.to_dict(), c) for c in configs]
+
+
+def batches(configs: Sequence[AttentionConfig] | Sequence[tuple[str, dict[str, Any], AttentionConfig]], size: int,
+            defects: Sequence[str] = ()) -> list[list[Item]]:
+    """Configs (or (hash, dict, config) triples already computed) cut into batches of one variant."""
+    triples = items_of(configs) if configs and isinstance(configs[0], AttentionConfig) else list(configs)
+    keyed = sorted(((variant_key(c, defects), i, h, d) for i, (h, d, c) in enumerate(triples)), key=lambda t: (t[0], t[1]))
+    out: list[list[Item]] = []
+    for _key, group in groupby(keyed, key=lambda t: t[0]):
+        members = [(h, d) for _k, _i, h, d in group]
+        out.extend(members[i:i + size] for i in range(0, len(members), size))
+    return out
+
+
+def enqueue_configs(celery: Celery, settings: Settings, *, sweep_id: int, backend: str,
+                    configs: Sequence[AttentionConfig] | Sequence[tuple[str, dict[str, Any], AttentionConfig]],
+                    defects: Sequence[str] = (), err_ratio_gate: float | None = None) -> int:
+    """Publish the configs of a committed sweep to its queue; returns the number of tasks."""
+    queue = settings.queue_name(queue_kind(backend))
+    tasks = batches(configs, settings.task_batch_size, defects)
+    with celery.producer_or_acquire() as producer:
+        for batch in tasks:
+            # A short argsrepr (what Flower and the logs show) instead of Celery's repr of every config.
+            celery.send_task(TASK_RUN_CONFIGS, args=(sweep_id, batch, backend, sorted(defects), err_ratio_gate),
+                             queue=queue, producer=producer, kwargsrepr="{}",
+                             argsrepr=f"(sweep={sweep_id}, configs={len(batch)}, backend={backend!r})")
+    return len(tasks)
+
+
+def _defect_names() -> tuple[str, ...]:
+    from kernels.backend import DEFECTS
+
+    return tuple(DEFECTS)
+
+
+DEFECT_NAMES = _defect_names()
