@@ -38,6 +38,19 @@ def _cast_ref(ref: np.ndarray, out: np.ndarray) -> np.ndarray:
     return np.asarray(ref).astype(out.dtype).astype(np.float64)
 
 
+def _row_denominator(mag: np.ndarray, row_scale: np.ndarray | None) -> np.ndarray:
+    """max(row peak of |ref|, |out|; the row's magnitude scale; tiny).
+
+    The row scale is max_j sum_k p_k |v_kj| (attention of |V|): the size of the values an output
+    row was averaged from. A row can cancel to nearly 0 (head_dim_v 1..7 shows it) while its
+    rounding error stays proportional to that scale, so dividing by the row peak alone fails
+    correct kernels; a wrong row still errs by the order of the scale."""
+    den = mag.max(axis=-1)
+    if row_scale is not None:
+        den = np.maximum(den, np.where(np.isfinite(row_scale), row_scale, 0.0))
+    return np.maximum(den, TINY)
+
+
 class _Accumulator:
     """Running sums and maxima of one comparison, fed block by block."""
 
@@ -49,8 +62,8 @@ class _Accumulator:
         self.max_rel = 0.0
         self.row_err = 0.0
 
-    def add(self, r: np.ndarray, o: np.ndarray, use: np.ndarray) -> None:
-        """r, o: f64 [rows, n]; use: elements that enter the float metrics."""
+    def add(self, r: np.ndarray, o: np.ndarray, use: np.ndarray, row_scale: np.ndarray | None = None) -> None:
+        """r, o: f64 [rows, n]; use: elements that enter the float metrics; row_scale: [rows]."""
         with np.errstate(invalid="ignore"):  # inf - inf where `use` is false anyway
             diff = np.where(use, np.abs(r - o), 0.0)
         mag = np.where(use, np.maximum(np.abs(r), np.abs(o)), 0.0)
@@ -63,7 +76,7 @@ class _Accumulator:
             if rel_use.any():
                 rel = diff[rel_use] / np.maximum(np.abs(r[rel_use]), REL_FLOOR)
                 self.max_rel = max(self.max_rel, float(rel.max()))
-            row = diff.max(axis=-1) / np.maximum(mag.max(axis=-1), TINY)
+            row = diff.max(axis=-1) / _row_denominator(mag, row_scale)
             self.row_err = max(self.row_err, float(row.max()))
 
     @property
@@ -73,16 +86,19 @@ class _Accumulator:
         return float(np.sqrt(self.sq_sum) / (self.max_mag * np.sqrt(self.count)))
 
 
-def tensor_metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, float | int]:
-    """max_abs, max_rel, rms, row_err (worst row over the last axis) and nonfinite of out vs ref."""
+def tensor_metrics(ref: np.ndarray, out: np.ndarray, magnitude: np.ndarray | None = None) -> dict[str, float | int]:
+    """max_abs, max_rel, rms, row_err (worst row over the last axis) and nonfinite of out vs ref.
+
+    magnitude (same shape, optional): attention of |V|; its row maxima scale row_err."""
     _check_shapes(ref, out)
     acc = _Accumulator()
     nonfinite = 0
-    for r_raw, o_raw in _row_blocks(np.asarray(ref), out):
+    mag_arr = np.asarray(magnitude) if magnitude is not None else np.zeros(np.shape(out))
+    for r_raw, o_raw, m_raw in _row_blocks(np.asarray(ref), out, mag_arr):
         r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
         r_fin, o_fin = np.isfinite(r), np.isfinite(o)
         nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & r_fin).sum())
-        acc.add(r, o, r_fin & o_fin)
+        acc.add(r, o, r_fin & o_fin, m_raw.astype(np.float64).max(axis=-1) if magnitude is not None else None)
     return {"max_abs": acc.max_abs, "max_rel": acc.max_rel, "rms": acc.rms, "row_err": acc.row_err,
             "nonfinite": nonfinite}
 
@@ -122,7 +138,8 @@ def err_ratio(ref: np.ndarray, out: np.ndarray, low: np.ndarray) -> float:
 
 
 def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
-                    o_partials: np.ndarray | None, lse_partials: np.ndarray | None) -> dict[str, float | int]:
+                    o_partials: np.ndarray | None, lse_partials: np.ndarray | None,
+                    magnitude: np.ndarray | None = None) -> dict[str, float | int]:
     """Partials vs the reference partials at the same block_n (SPEC §4, §5 gate 3).
 
     row_err and lse_max_abs over valid (split, row) entries; invalid_bad counts invalid or
@@ -152,8 +169,9 @@ def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
                 use = np.isfinite(r) & np.isfinite(o) & is_valid[:, None]
                 diff = np.where(use, np.abs(np.where(use, r, 0) - np.where(use, o, 0)), 0.0)
                 mag = np.where(use, np.maximum(np.abs(r), np.abs(o)), 0.0)
+                scale = None if magnitude is None else magnitude[s].reshape(n_rows, dv)[rows].astype(np.float64).max(axis=-1)
                 if diff.size:
-                    row_err = max(row_err, float((diff.max(axis=-1) / np.maximum(mag.max(axis=-1), TINY)).max()))
+                    row_err = max(row_err, float((diff.max(axis=-1) / _row_denominator(mag, scale)).max()))
                 bad |= ~np.all(o == 0, axis=-1)
             if lse_partials is not None:
                 r = ref_lse[s].reshape(n_rows)[rows].astype(np.float64)
@@ -170,17 +188,20 @@ def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
 def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any, low_out: np.ndarray | None,
                    out: np.ndarray, lse: np.ndarray | None, o_partials: np.ndarray | None = None,
                    lse_partials: np.ndarray | None = None, *,
-                   exact: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float | int | None]:
+                   exact: tuple[np.ndarray, np.ndarray] | None = None,
+                   magnitude: Any = None) -> dict[str, float | int | None]:
     """Every SPEC §4 metric of one run, as the flat dict the store keeps (None: not applicable).
 
     ref_result is the split-KV reference (reference.splitkv.SplitKVResult) at the block_n the
     kernel ran. O and LSE are compared with its out_f32 / lse_f32 unless `exact` gives the
     float64 (out, lse) of attention_exact; the partials always with its partials.
+    `magnitude` is the split-KV reference run on |V| (reference.magnitude_reference): its
+    out_f32 and o_partials scale the row errors of O and of the partials.
     """
     c = as_config(config)
     ref_out, ref_lse = exact if exact is not None else (ref_result.out_f32, ref_result.lse_f32)
     metrics: dict[str, float | int | None] = dict.fromkeys(METRIC_KEYS)
-    o = tensor_metrics(ref_out, out)
+    o = tensor_metrics(ref_out, out, None if magnitude is None else magnitude.out_f32)
     metrics.update(out_rms=o["rms"], out_row_err=o["row_err"], out_max_abs=o["max_abs"],
                    out_max_rel=o["max_rel"], out_nonfinite=o["nonfinite"])
     if low_out is not None:
@@ -193,7 +214,7 @@ def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any,
         if ref_result.lse_partials.shape[0] != c.split_kv:
             raise ValueError(f"reference has {ref_result.lse_partials.shape[0]} splits, config split_kv={c.split_kv}")
         p = partial_metrics(ref_result.o_partials, ref_result.lse_partials, ref_result.valid_splits,
-                            o_partials, lse_partials)
+                            o_partials, lse_partials, None if magnitude is None else magnitude.o_partials)
         metrics.update(partials_row_err=p["row_err"], partials_lse_max_abs=p["lse_max_abs"],
                        partials_invalid_bad=p["invalid_bad"], partials_nonfinite=p["nonfinite"])
     return metrics

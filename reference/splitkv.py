@@ -41,3 +41,12 @@ def attention_splitkv(config: AttentionConfig | Mapping[str, Any], inputs: Mappi
         out=out_f32.astype(out_dtype), lse=lse_f32.astype(lse_dtype), out_f32=out_f32, lse_f32=lse_f32,
         o_partials=o_partials, lse_partials=lse_partials, valid_splits=valid, block_n=block_n,
     )
+
+
+def magnitude_reference(config: AttentionConfig | Mapping[str, Any], inputs: Mapping[str, Any],
+                        block_n: int = 32) -> SplitKVResult:
+    """The split-KV reference on |V|: out_f32[..., j] = sum_k p_k |v_kj|, per split likewise.
+
+    The size of what each output element was averaged from; the verifier scales row errors
+    by it (reference/metrics.py, _row_denominator)."""
+    return attention_splitkv(config, {**inputs, "v": np.abs(np.asarray(inputs["v"]))}, block_n=block_n)

@@ -18,7 +18,7 @@ from kernels.backend import (
     LaunchError,
     NotApplicable,
 )
-from reference import attention_lowprec, attention_splitkv, make_inputs, verify_outputs
+from reference import attention_lowprec, attention_splitkv, magnitude_reference, make_inputs, verify_outputs
 from sweeps.policy import evaluate_with_gates, gates_for
 from sweeps.result import ConfigResult, reproducer_command
 
@@ -55,10 +55,11 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         t0 = time.perf_counter()
         ref = attention_splitkv(config, inputs, block_n=prepared.block_n)
         low = attention_lowprec(config, inputs)
+        magnitude = magnitude_reference(config, inputs, block_n=prepared.block_n)
         timings["reference_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        metrics = verify_outputs(config, ref, low, out.out, out.lse, out.o_partials, out.lse_partials)
+        metrics = verify_outputs(config, ref, low, out.out, out.lse, out.o_partials, out.lse_partials, magnitude=magnitude)
         verdict = evaluate_with_gates(config, metrics, gates)
         timings["verify_s"] = time.perf_counter() - t0
         result.metrics.update(metrics)
