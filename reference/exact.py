@@ -15,6 +15,7 @@ from reference.chunks import DEFAULT_BUDGET, Piece, Workspace, gather_rows, grou
 from reference.inputs import as_config, softmax_scale
 from reference.masks import row_key_limits
 from reference.rounding import round_to
+from reference.logits import scale_logits
 
 
 def attention_exact(config: AttentionConfig | Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -50,9 +51,8 @@ def _attend(c: AttentionConfig, inputs: Mapping[str, Any], compute: np.dtype, p_
     q, k, v, bias = inputs["q"], inputs["k"], inputs["v"], inputs.get("bias")
     scale = compute.type(softmax_scale(c))
     i8 = c.dtype == "i8"
-    if i8:
-        zero_point = compute.type(inputs["quant_zero_point"])
-        quant_scale = compute.type(inputs["quant_scale"])
+    zero_point = compute.type(inputs["quant_zero_point"]) if i8 else 0
+    quant_scale = compute.type(inputs["quant_scale"]) if i8 else 1
     work = Workspace()
     cached_heads, k_cast, v_cast = None, None, None
     for piece in pieces:
@@ -76,11 +76,7 @@ def _attend(c: AttentionConfig, inputs: Mapping[str, Any], compute: np.dtype, p_
         s = work.take("s", (bc, hc, rows, n_keys), compute)
         np.matmul(qs, np.swapaxes(k_cast[:, :, :n_keys], -1, -2), out=s)
         s5 = s.reshape(bc, hc, qc, ratio, n_keys)
-        if i8:
-            s -= zero_point
-            s *= quant_scale
-            if scale != 1:
-                s *= scale
+        scale_logits(s, i8, zero_point, quant_scale, scale)
         if bias is not None:
             np.add(s5, grouped_view(bias, piece, hkv, slice(0, n_keys)), out=s5)
         first_hidden = int(limits.min()) + 1

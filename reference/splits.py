@@ -17,6 +17,7 @@ from reference.chunks import DEFAULT_BUDGET, Workspace, gather_rows, grouped_vie
 from reference.inputs import softmax_scale
 from reference.masks import last_valid_keys, prefix_offsets, row_key_limits
 from reference.rounding import round_to
+from reference.logits import scale_logits
 
 F32 = np.float32
 FLT_MAX = np.finfo(np.float32).max
@@ -107,8 +108,8 @@ def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int =
         raise ValueError("inputs: with_attn_bias is set but inputs has no 'bias'")
     i8 = c.dtype == "i8"
     scale = F32(softmax_scale(c))
-    if i8:
-        zero_point, quant_scale = F32(inputs["quant_zero_point"]), F32(inputs["quant_scale"])
+    zero_point = F32(inputs["quant_zero_point"]) if i8 else 0
+    quant_scale = F32(inputs["quant_scale"]) if i8 else 1
 
     L = last_valid_keys(c)
     limits_all = row_key_limits(c, causal_shift=causal_shift)  # [g, Sq]
@@ -145,11 +146,7 @@ def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int =
                 kt = _gather_keys(work, "k", k_piece, gather, (bc, hc, n_act, block_n, c.head_dim_qk))
                 s = work.take("s", (bc, hc, n_act, rows, block_n), F32)
                 np.matmul(qs, np.swapaxes(kt, -1, -2), out=s)
-                if i8:
-                    s -= zero_point
-                    s *= quant_scale
-                    if scale != 1:
-                        s *= scale
+                scale_logits(s, i8, zero_point, quant_scale, scale)
                 if bias is not None:
                     bt = grouped_view(bias, piece, hkv, gather)  # [bc, hc, qc, ratio, n_act*bn]
                     s += np.moveaxis(bt.reshape(bc, hc, rows, n_act, block_n), 3, 2)
