@@ -1,8 +1,7 @@
 """Accepting a sweep: resolve the budget, sample and prefilter, store in one transaction, then enqueue.
 
-The same steps as sweeps.plan.plan_sweep (its `resolve_budget`, the sampler, repo.create_sweep),
-except that the configs go in with one COPY on PostgreSQL (repo.bulk_add_configs): a
-10,000-config sweep is stored and queued in about a second. The sweep and all its configs are
+Planning is sweeps.plan.plan_sweep, as in the embedded mode (its configs go in with one COPY
+on PostgreSQL: a 10,000-config sweep is stored and queued in about a second). The sweep and all its configs are
 committed together (nothing half-written); only then are the configs published, so a worker
 never receives a config the database does not hold. If publishing fails the sweep is marked
 `failed` with the broker's error, and workers skip any of its batches that reached the queue.
@@ -21,8 +20,9 @@ from api.schemas.sweeps import SweepAccepted, SweepCreate
 from attnconfig import AttentionConfig
 from core.settings import Settings
 from store import repo
-from sweeps.plan import resolve_budget
-from sweeps.sampler import SamplingExhausted, sample
+from store.models import Sweep
+from sweeps.plan import plan_sweep
+from sweeps.sampler import SamplingExhausted
 from workers.app import queue_kind
 from workers.enqueue import enqueue_configs
 
@@ -41,27 +41,20 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, body: Swe
         raise ProblemError([(field, f"{field}: {wanted} configs exceed the limit of {settings.max_sweep_configs} (ATTNSWEEP_MAX_SWEEP_CONFIGS)")])
     queue = settings.queue_name(queue_kind(spec.backend))
     memory, device = repo.queue_device_memory(session, queue, settings.worker_stale_s)
-    budget = resolve_budget(spec, memory)
-    filtered: dict[str, int] = {}
-    draws = 0
-    if not explicit:
-        try:
-            sampled = sample(spec, budget.bytes)
-        except SamplingExhausted as exc:
-            raise ProblemError([("max_draws", str(exc))]) from None
-        configs, filtered, draws = sampled.configs, sampled.filtered, sampled.draws
-    request = {**spec.model_dump(mode="json"), "defects": list(body.defects), **(extra_request or {}),
-               **({"configs": len(configs)} if explicit else {})}
-    sweep = repo.create_sweep(session, request=request, seed=spec.resolved_seed(), backend=spec.backend, label=spec.label,
-                              splitkv_budget=budget.bytes, budget_source=budget.source, device=device, draws=draws,
-                              filtered=filtered, configs=[])
-    rows = [repo.config_columns(c) for c in configs]
-    repo.bulk_add_configs(session, sweep.id, rows)
-    sweep.samples = sweep.configs_total = len(rows)
+    request_extra = {"defects": list(body.defects), **(extra_request or {}), **({"configs": len(configs)} if explicit else {})}
+    try:
+        sweep_id, sampled = plan_sweep(session, spec, device_total_memory=memory, device=device,
+                                       configs=configs, request_extra=request_extra)
+    except SamplingExhausted as exc:
+        raise ProblemError([("max_draws", str(exc))]) from None
+    if sampled is not None:
+        configs = sampled.configs
+    filtered, draws = (sampled.filtered, sampled.draws) if sampled is not None else ({}, 0)
+    sweep = session.get(Sweep, sweep_id)
     sweep.queue, sweep.rerun_of = queue, rerun_of
     session.commit()
 
-    items = [(r["config_hash"], r["config"], c) for r, c in zip(rows, configs)]
+    items = [(c.content_hash(), c.to_dict(), c) for c in configs]
     try:
         tasks = enqueue_configs(celery, settings, sweep_id=sweep.id, backend=spec.backend, configs=items,
                                 defects=body.defects, err_ratio_gate=spec.err_ratio_gate)
@@ -72,6 +65,6 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, body: Swe
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                             f"sweep {sweep.id} was stored but the broker refused its configs: {exc}") from exc
     return SweepAccepted(
-        id=sweep.id, status=sweep.status, queue=queue, configs_total=len(rows), tasks=tasks, seed=sweep.seed, draws=draws,
+        id=sweep.id, status=sweep.status, queue=queue, configs_total=len(items), tasks=tasks, seed=sweep.seed, draws=draws,
         filtered=filtered, splitkv_budget=sweep.splitkv_budget, budget_source=sweep.budget_source,
     )

@@ -78,11 +78,7 @@ def create_sweep(
     session.flush()
     for reason, count in sorted(filtered.items()):
         session.add(FilterCount(sweep_id=sweep.id, reason=reason, count=count))
-    if configs:
-        session.execute(
-            insert(ConfigRun),
-            [{"sweep_id": sweep.id, "seq": i, "state": "queued", "attempts": 0, **config_columns(c)} for i, c in enumerate(configs)],
-        )
+    bulk_add_configs(session, sweep.id, [config_columns(c) for c in configs])
     return sweep
 
 
@@ -262,7 +258,7 @@ def queue_device_memory(session: Session, queue: str, stale_after_s: float) -> t
 
 # --- service mode: a large sweep's configs in one round trip ------------------------------------
 def bulk_add_configs(session: Session, sweep_id: int, rows: list[dict[str, Any]]) -> None:
-    """Insert a sweep's configs, queued, from `config_columns` rows (same result as create_sweep's).
+    """Insert a sweep's configs, queued, from `config_columns` rows (create_sweep's insert).
 
     PostgreSQL gets one COPY (about ten times faster than an executemany of 10,000 rows, which
     keeps POST /sweeps of a large sweep within its budget); other databases an executemany.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -32,8 +33,11 @@ def plan_sweep(
     device_total_memory: int | None,
     device: str | None,
     configs: list[AttentionConfig] | None = None,
+    request_extra: dict[str, Any] | None = None,
 ) -> tuple[int, SampleResult | None]:
-    """Store the sweep and its accepted configs; an explicit config list skips sampling."""
+    """Store the sweep and its accepted configs; an explicit config list skips sampling.
+
+    `request_extra` adds what a caller stores beside the spec (the service: defects, rerun_of)."""
     budget = resolve_budget(spec, device_total_memory)
     seed = spec.resolved_seed()
     sampled = None
@@ -44,7 +48,7 @@ def plan_sweep(
         filtered, draws = {}, 0
     sweep = repo.create_sweep(
         session,
-        request=spec.model_dump(mode="json"),
+        request={**spec.model_dump(mode="json"), **(request_extra or {})},
         seed=seed,
         backend=spec.backend,
         label=spec.label,
