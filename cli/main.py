@@ -131,7 +131,7 @@ def sample(
     as_json: bool = typer.Option(False, "--json", help="print {configs, filtered, draws} as one JSON object"),
 ) -> None:
     """Sample and prefilter exactly as `run` would, executing nothing."""
-    from sweeps.filters import splitkv_budget
+    from sweeps.plan import resolve_budget
     from sweeps.sampler import SamplingExhausted
     from sweeps.sampler import sample as draw
 
@@ -144,7 +144,7 @@ def sample(
 
         total_memory = get_backend(spec.backend).device_info().total_memory
     try:
-        result = draw(spec, splitkv_budget(total_memory, spec.splitkv_extra_bytes_limit))
+        result = draw(spec, resolve_budget(spec, total_memory).bytes)
     except SamplingExhausted as exc:
         fail(str(exc))
     if as_json:
