@@ -7,7 +7,7 @@ from reference.inputs import make_inputs, output_dtypes, qk_dtype, value_dtype
 from reference.layout import logical_view, to_logical, to_physical
 from reference.lowprec import attention_lowprec
 from reference.metrics import err_ratio, lse_metrics, partial_metrics, tensor_metrics, verify_outputs
-from reference.splitkv import magnitude_reference, SplitKVResult, attention_splitkv
+from reference.splitkv import RowScales, SplitKVResult, attention_splitkv, magnitude_reference
 from reference.splits import (
     blocks_per_split,
     combine_masked,
@@ -19,7 +19,7 @@ from reference.splits import (
 )
 
 __all__ = [
-    "magnitude_reference",
+    "magnitude_reference", "RowScales",
     "make_inputs", "output_dtypes", "qk_dtype", "value_dtype",
     "attention_exact", "attention_splitkv", "SplitKVResult", "attention_lowprec",
     "to_physical", "to_logical", "logical_view",

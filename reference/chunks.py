@@ -134,3 +134,23 @@ def scatter_rows(dst: np.ndarray, piece: Piece, num_heads_kv: int, values: np.nd
     ratio = dst.shape[1] // num_heads_kv
     v5 = values.reshape(bc, hc, qc, ratio, *values.shape[3:])
     _grouped(dst, num_heads_kv)[piece.batches, piece.kv_heads, :, piece.rows] = np.swapaxes(v5, 2, 3)
+
+
+def scatter_splits(dst: np.ndarray, piece: Piece, num_heads_kv: int, values: np.ndarray) -> None:
+    """scatter_rows for every split at once: values [bc, hc, S, R, ...] into dst [S, g, Hq, Sq, ...]
+    (dst may be a prefix dst[:n] of a contiguous buffer).
+
+    One assignment instead of one per split: with 128 splits of a small piece the per-call
+    overhead of scatter_rows dominated the reference.
+    """
+    S, g, hq = dst.shape[:3]
+    if S == 0:
+        return
+    if not dst.flags.c_contiguous:
+        raise ValueError("scatter_splits needs a contiguous destination")
+    bc, hc, qc = piece.shape
+    ratio = hq // num_heads_kv
+    tail = values.shape[4:]
+    v6 = values.reshape(bc, hc, S, qc, ratio, *tail)  # grouped rows are q-major
+    d6 = dst.reshape(S, g, num_heads_kv, ratio, *dst.shape[3:])
+    d6[:, piece.batches, piece.kv_heads, :, piece.rows] = v6.transpose(2, 0, 1, 4, 3, *range(5, v6.ndim))

@@ -13,6 +13,7 @@ import numpy as np
 
 from attnconfig import AttentionConfig, parse_config
 
+_NORMAL_CHUNK = 1 << 16
 _FLOAT_STORAGE = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32)}
 
 
@@ -50,7 +51,17 @@ def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
     shapes = {"q": (g, hq, sq, c.head_dim_qk), "k": (g, hkv, sk, c.head_dim_qk), "v": (g, hkv, sk, c.head_dim_v)}
 
     def normal(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        return rng.standard_normal(shape).astype(dtype)
+        # Drawn and cast a cache-sized chunk at a time: the same values as one
+        # standard_normal(shape).astype(dtype) (the generator fills sequentially), without a
+        # float64 temporary of the whole tensor (1 GiB for a large KV cache) and its page faults.
+        out = np.empty(shape, dtype=dtype)
+        flat = out.reshape(-1)
+        buf = np.empty(min(flat.size, _NORMAL_CHUNK))
+        for i in range(0, flat.size, _NORMAL_CHUNK):
+            part = buf[:min(_NORMAL_CHUNK, flat.size - i)]
+            rng.standard_normal(out=part)
+            flat[i:i + len(part)] = part
+        return out
 
     out: dict[str, Any] = {}
     if c.dtype == "i8":

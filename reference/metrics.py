@@ -16,10 +16,17 @@ import numpy as np
 from attnconfig import AttentionConfig
 from attnconfig.outcomes import METRIC_KEYS
 from reference.inputs import as_config
+from reference.splitkv import RowScales
 
 TINY = np.finfo(np.float64).tiny
 REL_FLOOR = 1e-8  # rel_diff = abs_diff / max(|ref|, 1e-8)
 _BLOCK_ELEMENTS = 1 << 20
+
+
+def _rows_per_block(shape: tuple[int, ...]) -> int:
+    """Rows of one _row_blocks block of an array of this shape."""
+    n = shape[-1] if shape else 1
+    return max(1, _BLOCK_ELEMENTS // max(n, 1))
 
 
 def _row_blocks(*arrays: np.ndarray):
@@ -28,7 +35,7 @@ def _row_blocks(*arrays: np.ndarray):
     n = shape[-1] if shape else 1
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     flat = [a.reshape(rows, n) for a in arrays]
-    step = max(1, _BLOCK_ELEMENTS // max(n, 1))
+    step = _rows_per_block(shape)
     for r in range(0, rows, step):
         yield [f[r:r + step] for f in flat]
 
@@ -79,6 +86,35 @@ class _Accumulator:
             row = diff.max(axis=-1) / _row_denominator(mag, row_scale)
             self.row_err = max(self.row_err, float(row.max()))
 
+    def add_finite(self, r: np.ndarray, o: np.ndarray, row_scale: np.ndarray | None = None) -> bool:
+        """add(r, o, use=everywhere) in a few in-place passes, when every element of r and o is
+        finite (the usual case: no masks to build). Returns False, having added nothing, when
+        one is not; r and o are scratch either way (overwritten)."""
+        if r.size == 0:
+            return True
+        mag = np.abs(o)
+        with np.errstate(invalid="ignore"):  # inf - inf: caught by the max_mag test below
+            diff = np.subtract(r, o, out=o)
+        np.abs(diff, out=diff)
+        abs_r = np.abs(r, out=r)
+        np.maximum(mag, abs_r, out=mag)
+        max_mag = float(mag.max())
+        if not np.isfinite(max_mag):  # a NaN or an inf in r or o: the masked path counts it
+            return False
+        flat = diff.reshape(-1)
+        self.sq_sum += float(np.dot(flat, flat))
+        self.count += diff.size
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        self.max_mag = max(self.max_mag, max_mag)
+        zero_ref = abs_r == 0  # left out of max_rel
+        rel = np.divide(diff, np.maximum(abs_r, REL_FLOOR, out=abs_r), out=abs_r)
+        if zero_ref.any():
+            rel[zero_ref] = 0.0
+        self.max_rel = max(self.max_rel, float(rel.max()))
+        row = diff.max(axis=-1) / _row_denominator(mag, row_scale)
+        self.row_err = max(self.row_err, float(row.max()))
+        return True
+
     @property
     def rms(self) -> float:
         if self.count == 0 or self.max_mag == 0:
@@ -86,19 +122,27 @@ class _Accumulator:
         return float(np.sqrt(self.sq_sum) / (self.max_mag * np.sqrt(self.count)))
 
 
-def tensor_metrics(ref: np.ndarray, out: np.ndarray, magnitude: np.ndarray | None = None) -> dict[str, float | int]:
+def tensor_metrics(ref: np.ndarray, out: np.ndarray, magnitude: np.ndarray | None = None,
+                   row_scale: np.ndarray | None = None) -> dict[str, float | int]:
     """max_abs, max_rel, rms, row_err (worst row over the last axis) and nonfinite of out vs ref.
 
-    magnitude (same shape, optional): attention of |V|; its row maxima scale row_err."""
+    magnitude (same shape, optional): attention of |V|; its row maxima scale row_err.
+    row_scale (shape without the last axis): those row maxima, precomputed (RowScales.out)."""
     _check_shapes(ref, out)
     acc = _Accumulator()
     nonfinite = 0
-    mag_arr = np.asarray(magnitude) if magnitude is not None else np.zeros(np.shape(out))
-    for r_raw, o_raw, m_raw in _row_blocks(np.asarray(ref), out, mag_arr):
+    if row_scale is None and magnitude is not None:
+        row_scale = np.asarray(magnitude).max(axis=-1)
+    scales = None if row_scale is None else np.asarray(row_scale).reshape(-1)
+    step = _rows_per_block(np.shape(out))
+    for i, (r_raw, o_raw) in enumerate(_row_blocks(np.asarray(ref), out)):
+        scale = None if scales is None else scales[i * step:(i + 1) * step].astype(np.float64)
+        if acc.add_finite(_cast_ref(r_raw, out), o_raw.astype(np.float64), scale):
+            continue
         r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
         r_fin, o_fin = np.isfinite(r), np.isfinite(o)
         nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & r_fin).sum())
-        acc.add(r, o, r_fin & o_fin, m_raw.astype(np.float64).max(axis=-1) if magnitude is not None else None)
+        acc.add(r, o, r_fin & o_fin, scale)
     return {"max_abs": acc.max_abs, "max_rel": acc.max_rel, "rms": acc.rms, "row_err": acc.row_err,
             "nonfinite": nonfinite}
 
@@ -110,6 +154,8 @@ def lse_metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, float | int]:
     acc = _Accumulator()
     nonfinite = inf_mismatch = 0
     for r_raw, o_raw in _row_blocks(np.asarray(ref), out):
+        if acc.add_finite(_cast_ref(r_raw, out), o_raw.astype(np.float64)):
+            continue
         r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
         r_fin, o_fin = np.isfinite(r), np.isfinite(o)
         nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & r_fin).sum())
@@ -128,8 +174,16 @@ def err_ratio(ref: np.ndarray, out: np.ndarray, low: np.ndarray) -> float:
     _check_shapes(ref, out)
     _check_shapes(ref, low)
     worst_out = worst_low = 0.0
-    for r, o, w in _row_blocks(np.asarray(ref), out, low):
-        r, o, w = r.astype(np.float64), o.astype(np.float64), w.astype(np.float64)
+    for r, o_raw, w_raw in _row_blocks(np.asarray(ref), out, low):
+        r, o, w = r.astype(np.float64), o_raw.astype(np.float64), w_raw.astype(np.float64)
+        if r.size:
+            with np.errstate(invalid="ignore"):  # inf - inf: not finite, handled below
+                d_out = float(np.abs(np.subtract(o, r, out=o), out=o).max())
+                d_low = float(np.abs(np.subtract(w, r, out=w), out=w).max())
+            if np.isfinite(d_out) and np.isfinite(d_low):  # so all three are finite
+                worst_out, worst_low = max(worst_out, d_out), max(worst_low, d_low)
+                continue
+            o, w = o_raw.astype(np.float64), w_raw.astype(np.float64)
         use = np.isfinite(r) & np.isfinite(o) & np.isfinite(w)
         if use.any():
             worst_out = max(worst_out, float(np.abs(o[use] - r[use]).max()))
@@ -139,18 +193,21 @@ def err_ratio(ref: np.ndarray, out: np.ndarray, low: np.ndarray) -> float:
 
 def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
                     o_partials: np.ndarray | None, lse_partials: np.ndarray | None,
-                    magnitude: np.ndarray | None = None) -> dict[str, float | int]:
+                    magnitude: np.ndarray | None = None, row_scale: np.ndarray | None = None) -> dict[str, float | int]:
     """Partials vs the reference partials at the same block_n (SPEC §4, §5 gate 3).
 
     row_err and lse_max_abs over valid (split, row) entries; invalid_bad counts invalid or
     empty entries that are not exactly O_s = 0 and LSE_s = -inf; nonfinite counts NaN, and
-    inf where the reference partial is finite.
+    inf where the reference partial is finite. magnitude [S, ..., Dv] (or its row maxima,
+    row_scale [S, ...]) scales row_err as in tensor_metrics.
     """
     S = ref_lse.shape[0]
     if o_partials is not None:
         _check_shapes(ref_o, o_partials)
     if lse_partials is not None:
         _check_shapes(ref_lse, lse_partials)
+    if row_scale is None and magnitude is not None:
+        row_scale = np.asarray(magnitude).max(axis=-1)
     n_rows = valid.size
     dv = ref_o.shape[-1]
     step = max(1, _BLOCK_ELEMENTS // max(dv, 1))
@@ -163,16 +220,22 @@ def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
             is_valid = s < valid_flat[rows]
             bad = np.zeros(is_valid.shape, dtype=bool)
             if o_partials is not None:
-                r = ref_o[s].reshape(n_rows, dv)[rows].astype(np.float64)
-                o = o_partials[s].reshape(n_rows, dv)[rows].astype(np.float64)
-                nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & np.isfinite(r)).sum())
-                use = np.isfinite(r) & np.isfinite(o) & is_valid[:, None]
-                diff = np.where(use, np.abs(np.where(use, r, 0) - np.where(use, o, 0)), 0.0)
-                mag = np.where(use, np.maximum(np.abs(r), np.abs(o)), 0.0)
-                scale = None if magnitude is None else magnitude[s].reshape(n_rows, dv)[rows].astype(np.float64).max(axis=-1)
-                if diff.size:
-                    row_err = max(row_err, float((diff.max(axis=-1) / _row_denominator(mag, scale)).max()))
-                bad |= ~np.all(o == 0, axis=-1)
+                o32 = o_partials[s].reshape(n_rows, dv)[rows]
+                scale = None if row_scale is None else row_scale[s].reshape(n_rows)[rows].astype(np.float64)
+                fast = _partial_o_block(ref_o[s].reshape(n_rows, dv)[rows], o32, is_valid, scale)
+                if fast is not None:
+                    row_err = max(row_err, fast)
+                else:
+                    r = ref_o[s].reshape(n_rows, dv)[rows].astype(np.float64)
+                    o = o32.astype(np.float64)
+                    nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & np.isfinite(r)).sum())
+                    use = np.isfinite(r) & np.isfinite(o) & is_valid[:, None]
+                    diff = np.where(use, np.abs(np.where(use, r, 0) - np.where(use, o, 0)), 0.0)
+                    mag = np.where(use, np.maximum(np.abs(r), np.abs(o)), 0.0)
+                    if diff.size:
+                        row_err = max(row_err, float((diff.max(axis=-1) / _row_denominator(mag, scale)).max()))
+                if not is_valid.all():
+                    bad |= np.any(o32 != 0, axis=-1)
             if lse_partials is not None:
                 r = ref_lse[s].reshape(n_rows)[rows].astype(np.float64)
                 o = lse_partials[s].reshape(n_rows)[rows].astype(np.float64)
@@ -185,6 +248,28 @@ def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
     return {"row_err": row_err, "lse_max_abs": lse_max_abs, "invalid_bad": invalid_bad, "nonfinite": nonfinite}
 
 
+def _partial_o_block(r32: np.ndarray, o32: np.ndarray, is_valid: np.ndarray, scale: np.ndarray | None) -> float | None:
+    """The worst valid row's error of one block of partials when every element of the block is
+    finite (then nothing counts as nonfinite); None when one is not (the caller's masked path).
+
+    A block where no row is valid only has to be all zeros: most of a large split_kv's splits
+    hold no key, and checking them costs one pass instead of the f64 comparison."""
+    if not is_valid.any():
+        return 0.0 if not np.count_nonzero(o32) else None
+    with np.errstate(invalid="ignore"):  # inf - inf: caught by the finiteness test below
+        diff = np.subtract(r32, o32, dtype=np.float64)
+    np.abs(diff, out=diff)
+    row_diff = diff.max(axis=-1) if diff.size else np.zeros(len(diff))
+    mag = np.maximum(np.abs(r32), np.abs(o32))
+    row_mag = mag.max(axis=-1, initial=0).astype(np.float64) if mag.size else np.zeros(len(mag))
+    if not (np.isfinite(row_diff).all() and np.isfinite(row_mag).all()):
+        return None
+    if not diff.size:
+        return 0.0
+    row = row_diff / _row_denominator(row_mag[:, None], scale)
+    return float(row[is_valid].max()) if is_valid.any() else 0.0
+
+
 def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any, low_out: np.ndarray | None,
                    out: np.ndarray, lse: np.ndarray | None, o_partials: np.ndarray | None = None,
                    lse_partials: np.ndarray | None = None, *,
@@ -195,13 +280,17 @@ def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any,
     ref_result is the split-KV reference (reference.splitkv.SplitKVResult) at the block_n the
     kernel ran. O and LSE are compared with its out_f32 / lse_f32 unless `exact` gives the
     float64 (out, lse) of attention_exact; the partials always with its partials.
-    `magnitude` is the split-KV reference run on |V| (reference.magnitude_reference): its
-    out_f32 and o_partials scale the row errors of O and of the partials.
+    `magnitude` scales the row errors of O and of the partials: the RowScales of
+    attention_splitkv(magnitude=True), or the split-KV reference run on |V|
+    (reference.magnitude_reference), whose out_f32 and o_partials give the same row maxima.
     """
     c = as_config(config)
+    scales = None
+    if magnitude is not None:
+        scales = magnitude if hasattr(magnitude, "partials") else RowScales.of(magnitude)
     ref_out, ref_lse = exact if exact is not None else (ref_result.out_f32, ref_result.lse_f32)
     metrics: dict[str, float | int | None] = dict.fromkeys(METRIC_KEYS)
-    o = tensor_metrics(ref_out, out, None if magnitude is None else magnitude.out_f32)
+    o = tensor_metrics(ref_out, out, row_scale=None if scales is None else scales.out)
     metrics.update(out_rms=o["rms"], out_row_err=o["row_err"], out_max_abs=o["max_abs"],
                    out_max_rel=o["max_rel"], out_nonfinite=o["nonfinite"])
     if low_out is not None:
@@ -214,7 +303,7 @@ def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any,
         if ref_result.lse_partials.shape[0] != c.split_kv:
             raise ValueError(f"reference has {ref_result.lse_partials.shape[0]} splits, config split_kv={c.split_kv}")
         p = partial_metrics(ref_result.o_partials, ref_result.lse_partials, ref_result.valid_splits,
-                            o_partials, lse_partials, None if magnitude is None else magnitude.o_partials)
+                            o_partials, lse_partials, row_scale=None if scales is None else scales.partials)
         metrics.update(partials_row_err=p["row_err"], partials_lse_max_abs=p["lse_max_abs"],
                        partials_invalid_bad=p["invalid_bad"], partials_nonfinite=p["nonfinite"])
     return metrics

@@ -8,12 +8,13 @@ the reference only where a defect says so.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from attnconfig import AttentionConfig
-from reference.chunks import DEFAULT_BUDGET, Workspace, gather_rows, grouped_view, plan, scatter_rows
+from reference.chunks import DEFAULT_BUDGET, Piece, Workspace, gather_rows, grouped_view, plan, scatter_splits
 from reference.inputs import softmax_scale
 from reference.masks import last_valid_keys, prefix_offsets, row_key_limits
 from reference.rounding import round_to
@@ -70,6 +71,19 @@ def _equal_runs(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
+def _key_blocks(x: np.ndarray, axis: int, first: int, stride: int, n_act: int, block_n: int) -> np.ndarray:
+    """A view of x whose key axis becomes (n_act, block_n): block i holds keys first + i*stride + [0, block_n).
+
+    The caller checks that the last block ends inside the axis; a view instead of np.take
+    saves a gathered copy per tile (and take is slow on the transposed layouts of trans_k/v).
+    """
+    step = x.strides[axis]
+    start = x[(slice(None),) * axis + (slice(first, None),)]
+    shape = x.shape[:axis] + (n_act, block_n) + x.shape[axis + 1:]
+    strides = x.strides[:axis] + (stride * step, step) + x.strides[axis + 1:]
+    return as_strided(start, shape, strides, writeable=False)
+
+
 def _gather_keys(work: Workspace, name: str, x: np.ndarray, index: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Rows `index` of x [bc, hc, Sk, d] as f32 [bc, hc, n_act, block_n, d], in a reused buffer."""
     picked = work.take(name + "_raw", x.shape[:2] + (len(index), x.shape[3]), x.dtype)
@@ -85,19 +99,40 @@ def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int =
                    budget: int = DEFAULT_BUDGET) -> tuple[np.ndarray, np.ndarray]:
     """Every split's normalised partial O_s and LSE_s, f32 [S, g, Hq, Sq, Dv] and [S, g, Hq, Sq].
 
+    Every (split, row) entry is written, empty splits included (as O = 0, LSE = -inf), into the
+    given buffers when passed (a backend passes NaN-filled ones). See split_pieces for the rest.
+    """
+    S, hkv = c.split_kv, c.num_heads_kv
+    if o_partials is None:
+        o_partials = np.empty((S, c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v), dtype=F32)
+    if lse_partials is None:
+        lse_partials = np.empty((S, c.g, c.num_heads_q, c.seq_len_q), dtype=F32)
+    for piece, o, lse, _, _ in split_pieces(c, inputs, block_n, defects, p_dtype, budget=budget):
+        scatter_splits(o_partials, piece, hkv, o)
+        scatter_splits(lse_partials, piece, hkv, lse)
+    return o_partials, lse_partials
+
+
+def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 32,
+                 defects: frozenset[str] = frozenset(), p_dtype: np.dtype | None = None,
+                 magnitude: bool = False, budget: int = DEFAULT_BUDGET, fill_empty: bool = True,
+                 ) -> Iterator[tuple[Piece, np.ndarray, np.ndarray, np.ndarray | None, int]]:
+    """The partials piece by piece: (piece, O [bc, hc, S, R, Dv], LSE [bc, hc, S, R], |V| partials,
+    used), where splits from `used` on hold no block of this piece.
+
     What one split kernel does per row: walk its blocks in order, keep a running max m, a
-    running sum l and an unnormalised acc, and finally write acc / l and m + log l. Every
-    (split, row) entry is written, empty splits included (as O = 0, LSE = -inf), into the given
-    buffers when passed (a backend passes NaN-filled ones). p_dtype rounds P before P·V as a
-    tensor-core kernel does (None: P stays f32, as in the reference). `defects` holds names
-    of kernels.backend.DEFECTS; the reference passes none.
+    running sum l and an unnormalised acc, and finally write acc / l and m + log l; empty
+    splits come out as O = 0, LSE = -inf. R are grouped rows (reference/chunks.py). p_dtype
+    rounds P before P·V as a tensor-core kernel does (None: P stays f32, as in the reference).
+    `defects` holds names of kernels.backend.DEFECTS; the reference passes none. `magnitude`
+    also accumulates P·|V| with the same P (the row scales of the verifier), which costs one
+    matmul per tile instead of a second pass over Q·Kᵀ and the softmax. The arrays yielded are
+    scratch buffers, overwritten by the next piece. fill_empty=False leaves O of the splits from
+    `used` on unwritten, for a caller whose buffer already holds their value (0; NaN without
+    the zero-sum guard): with many splits and few keys they are most of the partials.
     """
     S, hkv, ratio = c.split_kv, c.num_heads_kv, c.gqa_ratio
     dv, sk = c.head_dim_v, c.seq_len_k
-    if o_partials is None:
-        o_partials = np.empty((S, c.g, c.num_heads_q, c.seq_len_q, dv), dtype=F32)
-    if lse_partials is None:
-        lse_partials = np.empty((S, c.g, c.num_heads_q, c.seq_len_q), dtype=F32)
     guard_neginf = "no_neginf_guard" not in defects
     guard_zero_sum = "no_zero_sum_guard" not in defects
     floor = "floor_blocks_per_split" in defects
@@ -133,23 +168,47 @@ def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int =
             qs = qs[:, :, None]  # broadcast over splits
             k_piece = k[piece.batches, piece.kv_heads]
             v_piece = v[piece.batches, piece.kv_heads]
-            m = np.full((bc, hc, S, rows), -np.inf, dtype=F32)
-            l = np.zeros((bc, hc, S, rows), dtype=F32)
-            acc = np.zeros((bc, hc, S, rows, dv), dtype=F32)
+            bias_piece = None
+            if bias is not None:  # [bc, hc, qc, ratio, Sk]
+                bias_piece = grouped_view(bias, piece, hkv)
+            used = min(S, -(-nb // bps)) if bps > 0 else 0
+            m = work.take("m", (bc, hc, S, rows), F32)
+            m.fill(-np.inf)
+            l = work.take("l", (bc, hc, S, rows), F32)
+            l.fill(0)
+            acc = work.take("acc", (bc, hc, S, rows, dv), F32)
+            acc[:, :, :used].fill(0)
+            acc_mag = None
+            if magnitude:
+                acc_mag = work.take("acc_mag", (bc, hc, S, rows, dv), F32)
+                acc_mag[:, :, :used].fill(0)
             for t in range(bps):
                 # Splits that still have a block at step t: a prefix, since splits are contiguous.
                 n_act = min(S, -(-(nb - t) // bps))
                 if n_act <= 0:
                     break
                 keys = (np.arange(n_act)[:, None] * bps + t) * block_n + tile_keys  # [n_act, bn]
-                gather = np.minimum(keys, sk - 1).ravel()  # keys past the end are masked below
-                kt = _gather_keys(work, "k", k_piece, gather, (bc, hc, n_act, block_n, c.head_dim_qk))
+                first, stride = t * block_n, bps * block_n
+                in_range = int(keys[-1, -1]) < sk
+                kt = work.take("k", (bc, hc, n_act, block_n, c.head_dim_qk), F32)
+                vt = work.take("v", (bc, hc, n_act, block_n, dv), F32)
+                if in_range:
+                    kt[...] = _key_blocks(k_piece, 2, first, stride, n_act, block_n)
+                    vt[...] = _key_blocks(v_piece, 2, first, stride, n_act, block_n)
+                else:  # the last block runs past the end: those keys are masked below
+                    gather = np.minimum(keys, sk - 1).ravel()
+                    kt = _gather_keys(work, "k", k_piece, gather, kt.shape)
+                    vt = _gather_keys(work, "v", v_piece, gather, vt.shape)
                 s = work.take("s", (bc, hc, n_act, rows, block_n), F32)
                 np.matmul(qs, np.swapaxes(kt, -1, -2), out=s)
                 scale_logits(s, i8, zero_point, quant_scale, scale)
-                if bias is not None:
-                    bt = grouped_view(bias, piece, hkv, gather)  # [bc, hc, qc, ratio, n_act*bn]
-                    s += np.moveaxis(bt.reshape(bc, hc, rows, n_act, block_n), 3, 2)
+                if bias_piece is not None:
+                    s6 = s.reshape(bc, hc, n_act, qc, ratio, block_n)
+                    if in_range:
+                        bt = _key_blocks(bias_piece, 4, first, stride, n_act, block_n)
+                    else:
+                        bt = bias_piece[..., np.minimum(keys, sk - 1)]
+                    s6 += bt.transpose(0, 1, 4, 2, 3, 5)  # [bc, hc, n_act, qc, ratio, bn]
                 if int(keys.max()) > min_limit:
                     hidden = keys[None, :, None, :] > limits[:, None, :, None]  # [bc, n_act, R, bn]
                     np.copyto(s, -np.inf, where=hidden[:, None])
@@ -165,41 +224,80 @@ def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int =
                 l[:, :, :n_act] = l[:, :, :n_act] * alpha + s.sum(axis=-1)
                 if p_dtype is not None:
                     round_to(s, p_dtype, out=s)
-                vt = _gather_keys(work, "v", v_piece, gather, (bc, hc, n_act, block_n, dv))
                 pv = work.take("pv", (bc, hc, n_act, rows, dv), F32)
                 np.matmul(s, vt, out=pv)
                 acc_act = acc[:, :, :n_act]
                 acc_act *= alpha[..., None]
                 acc_act += pv
+                if acc_mag is not None:
+                    np.matmul(s, np.abs(vt, out=vt), out=pv)
+                    acc_act = acc_mag[:, :, :n_act]
+                    acc_act *= alpha[..., None]
+                    acc_act += pv
                 m[:, :, :n_act] = m_new
 
-            if guard_zero_sum:  # a split with no visible key stores O = 0, LSE = -inf
-                o = np.where(l[..., None] == 0, F32(0), acc / np.where(l == 0, F32(1), l)[..., None])
-            else:
-                o = acc / l[..., None]
+            empty = l[:, :, :used] == 0
+            for a in (acc, acc_mag) if acc_mag is not None else (acc,):
+                a_used = a[:, :, :used]
+                if guard_zero_sum:  # a split with no visible key stores O = 0, LSE = -inf
+                    np.divide(a_used, np.where(empty, F32(1), l[:, :, :used])[..., None], out=a_used)
+                    np.copyto(a_used, F32(0), where=empty[..., None])
+                else:
+                    np.divide(a_used, l[:, :, :used][..., None], out=a_used)
+                if fill_empty:  # acc / l of a split without blocks: 0 / 1, or 0 / 0 unguarded
+                    a[:, :, used:].fill(F32(0) if guard_zero_sum else F32(np.nan))
             lse = np.where(l == 0, F32(-np.inf), m + np.log(l))
-            for split in range(S):
-                scatter_rows(o_partials[split], piece, hkv, o[:, :, split])
-                scatter_rows(lse_partials[split], piece, hkv, lse[:, :, split])
-    return o_partials, lse_partials
+            yield piece, acc, lse, acc_mag, used
+
+
+class MaskedWeights:
+    """exp(LSE_s - M) over the valid splits of each row: the reference combine's weights (SPEC §3).
+
+    lse [S, ...]; valid (broadcastable to lse's row shape) counts the valid splits of a row.
+    """
+
+    def __init__(self, lse: np.ndarray, valid: np.ndarray) -> None:
+        S = lse.shape[0]
+        valid = np.broadcast_to(valid, lse.shape[1:])
+        self.is_valid = np.arange(S).reshape((S,) + (1,) * valid.ndim) < valid[None]
+        # Splits below every row's count are valid everywhere, those above none: the
+        # combine needs no mask for the first and skips the second (typical: 64 splits of
+        # which 1 holds keys).
+        self.n_all = min(S, int(valid.min())) if valid.size else 0
+        self.n_any = min(S, int(valid.max())) if valid.size else 0
+        lse_v = np.where(self.is_valid, lse, F32(-np.inf)).astype(F32)
+        top = lse_v.max(axis=0)
+        top_safe = np.where(top == -np.inf, F32(0), top)
+        with np.errstate(divide="ignore"):
+            self.weights = np.where(self.is_valid, np.exp(lse_v - top_safe), F32(0)).astype(F32)
+            denom = self.weights[0].copy()
+            for s in range(1, S):  # in split order, as a sum over axis 0 adds them
+                denom += self.weights[s]
+            self.positive = denom > 0
+            self.denom = np.where(self.positive, denom, F32(1))
+            self.lse = np.where(self.positive, top_safe + np.log(denom), F32(-np.inf)).astype(F32)
+
+    def combine(self, o: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Σ_s w_s·O_s / Σ_s w_s over valid splits (0 where no weight); o [S, ..., Dv] -> f32."""
+        if out is None:
+            out = np.empty(o.shape[1:], dtype=F32)
+        out.fill(0)
+        tmp = np.empty_like(out)
+        for s in range(self.n_any):
+            np.multiply(self.weights[s][..., None], o[s], out=tmp)
+            if s >= self.n_all:
+                np.copyto(tmp, F32(0), where=~self.is_valid[s][..., None])
+            out += tmp
+        np.divide(out, self.denom[..., None], out=out)
+        if not self.positive.all():
+            np.copyto(out, F32(0), where=~self.positive[..., None])
+        return out
 
 
 def combine_masked(o_partials: np.ndarray, lse_partials: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The reference combine (SPEC §3): valid splits only, f32. Returns (out, lse) in f32."""
-    S = lse_partials.shape[0]
-    is_valid = np.arange(S).reshape((S,) + (1,) * valid.ndim) < valid[None]
-    lse_v = np.where(is_valid, lse_partials, F32(-np.inf)).astype(F32)
-    top = lse_v.max(axis=0)
-    top_safe = np.where(top == -np.inf, F32(0), top)
-    with np.errstate(divide="ignore"):
-        weights = np.where(is_valid, np.exp(lse_v - top_safe), F32(0)).astype(F32)
-        denom = weights.sum(axis=0, dtype=F32)
-        num = np.zeros(o_partials.shape[1:], dtype=F32)
-        for s in range(S):
-            num += np.where(is_valid[s][..., None], weights[s][..., None] * o_partials[s], F32(0))
-        out = np.where(denom[..., None] > 0, num / np.where(denom > 0, denom, F32(1))[..., None], F32(0))
-        lse = np.where(denom > 0, top_safe + np.log(denom), F32(-np.inf))
-    return out.astype(F32), lse.astype(F32)
+    weights = MaskedWeights(lse_partials, valid)
+    return weights.combine(o_partials), weights.lse
 
 
 def combine_unmasked(o_partials: np.ndarray, lse_partials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -215,11 +313,13 @@ def combine_unmasked(o_partials: np.ndarray, lse_partials: np.ndarray) -> tuple[
         top = np.where(top == -np.inf, F32(-FLT_MAX), top).astype(F32)
         denom = np.zeros(lse_partials.shape[1:], dtype=F32)
         num = np.zeros(o_partials.shape[1:], dtype=F32)
+        tmp = np.empty_like(num)
         for s in range(S):
             w = np.exp(lse_partials[s] - top)
             denom += w
-            num += w[..., None] * o_partials[s]
+            np.multiply(w[..., None], o_partials[s], out=tmp)
+            num += tmp
         inv = np.where(denom == 0, F32(0), F32(1) / denom).astype(F32)
-        out = num * inv[..., None]
+        num *= inv[..., None]
         lse = top + np.log(denom)
-    return out.astype(F32), lse.astype(F32)
+    return num, lse.astype(F32)

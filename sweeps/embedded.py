@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import time
 from typing import Callable, Iterator
 
 from attnconfig import parse_config
@@ -59,8 +60,11 @@ def execute_sweep(
         repo.set_status(s, sweep_id, "running")
     try:
         for result in _results(todo, backend_name, defects, jobs):
+            t0 = time.perf_counter()
             with session_scope(db_url) as s:
                 repo.record_result(s, sweep_id, result.config_hash, result.to_row(), worker="embedded")
+            # After the row is written, so not stored; bench/sweep.py reads it through on_result.
+            result.timings["store_s"] = time.perf_counter() - t0
             if on_result:
                 on_result(result)
     except BaseException as exc:

@@ -81,3 +81,17 @@ def test_layout_round_trip_and_physical_shape():
     view = logical_view(p, True)
     view[0, 0, 1, 2] = -1
     assert p[0, 0, 2, 1] == -1
+
+
+@pytest.mark.parametrize("dtype, storage", [("f16", np.float16), ("bf16", ml_dtypes.bfloat16), ("f32", np.float32)])
+def test_chunked_draw_is_the_one_shot_draw(dtype, storage):
+    # Tensors of several generator chunks (reference/inputs.py draws 2^16 normals at a time):
+    # the stored reproducers need the bytes of one standard_normal(shape).astype(storage).
+    c = cfg(dtype=dtype, g=1, seq_len_q=700, seq_len_k=1500, num_heads_q=2, num_heads_kv=1,
+            head_dim_qk=100, head_dim_v=33, with_attn_bias=True)
+    inputs = make_inputs(c)
+    rng = np.random.default_rng(11)
+    for key, shape in (("q", (1, 2, 700, 100)), ("k", (1, 1, 1500, 100)), ("v", (1, 1, 1500, 33)),
+                       ("bias", (1, 2, 700, 1500))):
+        expected = rng.standard_normal(shape).astype(storage)
+        assert inputs[key].tobytes() == expected.tobytes(), key

@@ -1,0 +1,253 @@
+"""Sweep throughput (issue 7): validated configs per second through the real embedded path.
+
+    .venv/bin/python -m bench.sweep --backend cuda                      (the GPU host: 2,000 configs)
+    .venv/bin/python -m bench.sweep --backend cpu --samples 40 --jobs 2  (a quick check anywhere)
+
+Plans one sweep (default distribution, --seed, --samples) and runs it twice through
+sweeps/embedded.py, exactly what `attnsweep run --jobs N` does (a spawned process pool, one
+result row per config in the database):
+
+1. warm: every kernel variant of the sweep is compiled into the compile cache first (not
+   timed), then the sweep runs on fresh processes that find them there;
+2. cold: the same sweep with ATTNSWEEP_KERNEL_CACHE_DISABLE=1 (kernels/cache.py): no disk
+   cache and no in-process reuse, every config compiles its variant.
+
+For each it prints configs/s, and where the worker time goes: compile, inputs, run (the
+backend's launch call: transfers + kernel; on cpu the emulation), of it the kernel's event
+time and the transfers, reference, verify, store (the main process's database write), and the
+rest of run_config. Then the cost by config size (quartiles of the reference's flops), which
+shows the fixed per-config overhead of small configs. A JSON summary goes to --out.
+
+Issue 7's target: >= 50 configs/s warm on one H200 host with 16 cores (2,000 configs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __name__ == "__main__" and __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from kernels import get_backend
+from store.db import session_scope
+from store.migrate import upgrade
+from store import repo
+from sweeps.embedded import execute_sweep
+from sweeps.filters import reference_flops
+from sweeps.plan import plan_sweep
+from sweeps.result import ConfigResult
+from sweeps.spec import SweepSpec
+
+# (label, timing key); run_wall_s holds transfers + kernel, run_s and transfer_s are inside it.
+PHASES = (("compile", "compile_s"), ("inputs", "inputs_s"), ("transfers+kernel", "run_wall_s"),
+          ("reference", "reference_s"), ("verify", "verify_s"), ("store", "store_s"))
+INSIDE_RUN = (("  kernel (events)", "run_s"), ("  transfers", "transfer_s"))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+_warm_backend = None
+
+
+def _prewarm_init(backend_name: str) -> None:
+    global _warm_backend
+    _warm_backend = get_backend(backend_name)  # one device context per process, not per variant
+
+
+def _prewarm_one(config: dict) -> float:
+    from attnconfig import parse_config
+
+    try:
+        t0 = time.perf_counter()
+        _warm_backend.prepare(parse_config(config))
+        return time.perf_counter() - t0
+    except Exception:  # a config the backend cannot prepare is the sweep's business, not ours
+        return 0.0
+
+
+def prewarm(db_url: str, sweep_id: int, backend_name: str, jobs: int) -> dict:
+    """Compile every variant of the sweep into the cache: one config per variant name."""
+    import multiprocessing as mp
+
+    from attnconfig import parse_config
+
+    with session_scope(db_url) as s:
+        configs = [cfg for _hash, cfg in repo.queued_configs(s, sweep_id)]
+    backend = get_backend(backend_name)
+    try:
+        name_of = getattr(backend, "variant_for", None) or getattr(backend, "variant_name")
+        by_variant: dict[str, dict] = {}
+        for cfg in configs:
+            try:
+                name = name_of(parse_config(cfg))
+                name = getattr(name, "name", name)
+            except Exception:
+                continue
+            by_variant.setdefault(name, cfg)
+    finally:
+        backend.close()
+    t0 = time.perf_counter()
+    work = list(by_variant.values())
+    if jobs > 1 and len(work) > 1:
+        with mp.get_context("spawn").Pool(min(jobs, len(work)), initializer=_prewarm_init,
+                                          initargs=(backend_name,)) as pool:
+            compile_s = sum(pool.map(_prewarm_one, work, chunksize=1))
+    else:
+        _prewarm_init(backend_name)
+        compile_s = sum(map(_prewarm_one, work))
+        _warm_backend.close()
+    return {"variants": len(work), "wall_s": time.perf_counter() - t0, "compile_s": compile_s}
+
+
+def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_memory: int | None,
+             cold: bool, warm_first: bool) -> dict:
+    with session_scope(db_url) as s:
+        sweep_id, _ = plan_sweep(s, spec, device_total_memory=total_memory, device=None)
+    warmup = prewarm(db_url, sweep_id, backend_name, jobs) if warm_first else None
+    results: list[ConfigResult] = []
+    saved = os.environ.get("ATTNSWEEP_KERNEL_CACHE_DISABLE")
+    if cold:
+        os.environ["ATTNSWEEP_KERNEL_CACHE_DISABLE"] = "1"  # spawned workers inherit it
+    try:
+        t0 = time.perf_counter()
+        execute_sweep(db_url, sweep_id, backend_name, jobs=jobs, on_result=results.append)
+        wall = time.perf_counter() - t0
+    finally:
+        if saved is None:
+            os.environ.pop("ATTNSWEEP_KERNEL_CACHE_DISABLE", None)
+        else:
+            os.environ["ATTNSWEEP_KERNEL_CACHE_DISABLE"] = saved
+    return summarize(results, wall, jobs, sweep_id, warmup)
+
+
+def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int, warmup: dict | None) -> dict:
+    def total(key: str) -> float:
+        return float(sum(r.timings.get(key) or 0.0 for r in results))
+
+    worker_s = total("total_s")
+    busy_s = worker_s + total("store_s")
+    phases = {label: total(key) for label, key in PHASES}
+    phases["other (runner)"] = max(0.0, worker_s - sum(v for k, v in phases.items() if k != "store"))
+    inside = {label.strip(): total(key) for label, key in INSIDE_RUN}
+    outcomes: dict[str, int] = {}
+    for r in results:
+        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    return {
+        "sweep_id": sweep_id,
+        "configs": len(results),
+        "wall_s": wall,
+        "configs_per_s": len(results) / wall if wall > 0 else 0.0,
+        "jobs": jobs,
+        # Σ worker time / (wall x jobs): below 1 the pool waited (start-up, the tail, the store).
+        "worker_utilisation": worker_s / (wall * jobs) if wall > 0 else 0.0,
+        "outcomes": outcomes,
+        "phases_s": phases,
+        "phases_share": {k: (v / busy_s if busy_s else 0.0) for k, v in phases.items()},
+        "inside_run_s": inside,
+        "per_config_s": {k: v / max(1, len(results)) for k, v in phases.items()},
+        "by_size": by_size(results),
+        "prewarm": warmup,
+    }
+
+
+def by_size(results: list[ConfigResult]) -> list[dict]:
+    """Mean seconds per config by quartile of reference flops: the fixed overhead shows as the
+    first quartile's total_s."""
+    ran = [r for r in results if "total_s" in r.timings]
+    if not ran:
+        return []
+    flops = np.array([reference_flops(r.config) for r in ran], dtype=float)
+    order = np.argsort(flops, kind="stable")
+    rows = []
+    for q, idx in enumerate(np.array_split(order, 4)):
+        if len(idx) == 0:
+            continue
+        pick = [ran[i] for i in idx]
+        mean = lambda key: float(np.mean([r.timings.get(key) or 0.0 for r in pick]))  # noqa: E731
+        rows.append({"quartile": q + 1, "configs": len(pick), "flops_max": float(flops[idx].max()),
+                     "total_s_mean": mean("total_s"),
+                     "total_s_median": float(np.median([r.timings["total_s"] for r in pick])),
+                     **{f"{key}_mean": mean(key) for _, key in PHASES}})
+    return rows
+
+
+def print_run(name: str, summary: dict) -> None:
+    print(f"\n{name}: {summary['configs']} configs in {summary['wall_s']:.1f} s = "
+          f"{summary['configs_per_s']:.1f} configs/s ({summary['jobs']} jobs, worker utilisation "
+          f"{summary['worker_utilisation']:.0%}); outcomes {summary['outcomes']}")
+    if summary["prewarm"]:
+        w = summary["prewarm"]
+        print(f"  (compile cache warmed first, not timed: {w['variants']} variants, {w['wall_s']:.1f} s)")
+    print(f"  {'phase':22s} {'sum s':>10s} {'share':>7s} {'s/config':>10s}")
+    for label, secs in summary["phases_s"].items():
+        print(f"  {label:22s} {secs:10.2f} {summary['phases_share'][label]:7.1%} {summary['per_config_s'][label]:10.4f}")
+        if label == "transfers+kernel":
+            for inner, secs_in in summary["inside_run_s"].items():
+                print(f"  {'  ' + inner:22s} {secs_in:10.2f}")
+    print(f"  {'size quartile':14s} {'configs':>7s} {'flops <=':>10s} {'total s':>9s} {'median':>9s}"
+          f" {'inputs':>8s} {'run':>8s} {'ref':>8s} {'verify':>8s}")
+    for row in summary["by_size"]:
+        print(f"  {row['quartile']:<14d} {row['configs']:7d} {row['flops_max']:10.2e} {row['total_s_mean']:9.4f}"
+              f" {row['total_s_median']:9.4f} {row['inputs_s_mean']:8.4f} {row['run_wall_s_mean']:8.4f}"
+              f" {row['reference_s_mean']:8.4f} {row['verify_s_mean']:8.4f}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="cuda", help="cpu, cuda, hip or auto (default cuda)")
+    parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--jobs", type=int, default=_cores(), help="worker processes (default: all cores)")
+    parser.add_argument("--db", help="database URL (default: a fresh SQLite file in a temp folder)")
+    parser.add_argument("--cache-dir", help="compile cache folder of the warm run (default: a fresh temp folder)")
+    parser.add_argument("--skip-cold", action="store_true", help="only the warm-cache run")
+    parser.add_argument("--out", type=Path, default=Path("sweep-bench.json"))
+    args = parser.parse_args(argv)
+
+    tmp = tempfile.TemporaryDirectory(prefix="attnsweep-bench-")
+    db_url = args.db or f"sqlite:///{tmp.name}/bench.db"
+    if args.cache_dir or "ATTNSWEEP_KERNEL_CACHE" not in os.environ:
+        os.environ["ATTNSWEEP_KERNEL_CACHE"] = args.cache_dir or f"{tmp.name}/kernels"
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    upgrade(db_url)
+    probe = get_backend(args.backend)
+    info = probe.device_info()
+    probe.close()
+    spec = SweepSpec(samples=args.samples, seed=args.seed, backend=info.backend)
+    print(f"backend {info.backend} on {info.device}; {args.samples} configs, seed {args.seed}, "
+          f"jobs {args.jobs}, compile cache {os.environ['ATTNSWEEP_KERNEL_CACHE']}")
+
+    summary: dict = {"backend": info.backend, "device": info.device, "samples": args.samples,
+                     "seed": args.seed, "jobs": args.jobs, "target_configs_per_s": 50}
+    summary["warm"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, cold=False, warm_first=True)
+    print_run("warm compile cache", summary["warm"])
+    if not args.skip_cold:
+        summary["cold"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, cold=True, warm_first=False)
+        print_run("compile cache disabled", summary["cold"])
+        cold_rate = summary["cold"]["configs_per_s"]
+        summary["warm_over_cold"] = summary["warm"]["configs_per_s"] / cold_rate if cold_rate else None
+        print(f"\nwarm / cold throughput: {summary['warm_over_cold']:.2f}x")
+    met = summary["warm"]["configs_per_s"] >= 50
+    print(f"issue 7 target (>= 50 configs/s warm): {'met' if met else 'not met'} "
+          f"({summary['warm']['configs_per_s']:.1f} configs/s)")
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"summary written to {args.out}")
+    tmp.cleanup()
+    return summary
+
+
+if __name__ == "__main__":
+    main()
