@@ -1,20 +1,28 @@
-"""GPU evidence for the kernels, in one run on the GPU machine (issue 4).
+"""GPU evidence for the kernels (issue 4), one script, steps run in the order given:
 
-1. calibration: a sweep of N configs at the default distribution on the given backend; from
-   the stored metrics of every config whose outputs are finite, the worst `out_row_err` and
-   `lse_max_abs` per dtype, the bound table in sweeps/policy.py beside them and the margin
-   (bound / worst; the SPEC asks for 2x or more);
-2. a sweep of M configs (another seed): outcome counts, not-applicable reasons, configs/s;
-3. each defect switch alone: a sweep of at most 300 configs; the outcomes it reports.
+  sweep      a sweep of --sweep configs at the default distribution: outcome counts,
+             not-applicable reasons, configs/s (target: zero fail, nan, error);
+  calibrate  another --calibrate configs (another seed; --part names a piece, so the
+             calibration can be spread over several runs of at most 10 minutes each);
+  defects    each defect switch alone, a sweep of --defect-samples configs: caught or not;
+  sdpa       our final outputs against torch's scaled_dot_product_attention on the GPU;
+  pool       worst row_err and LSE error per dtype over every metrics-*.csv.gz in --out (and
+             --pool-from folders), beside the bound table of sweeps/policy.py: the margin
+             (bound / worst) must be 2x or more, with zero false failures.
 
-Each sweep runs through `attnsweep run` itself (embedded store, local process pool), so what is
-measured is what users run. Prints tables; writes JSON beside the SQLite files in --out.
+Every sweep runs through `attnsweep run` itself (embedded store, a local process pool), so what
+is measured is what users run; each writes metrics-<name>.csv.gz (one line per config) for
+pooling. Prints tables, writes evidence-<steps>.json in --out.
 
-    python bench/gpu_evidence.py --backend cuda --calibrate 10000 --sweep 2000 --jobs 16 --out $OUT
+    python bench/gpu_evidence.py --steps sweep,defects,sdpa --sweep 2000 --jobs 16 --out $OUT
+    python bench/gpu_evidence.py --steps calibrate --calibrate 4000 --part 1 --out $OUT
+    python bench/gpu_evidence.py --steps pool --out docs/evidence/run --pool-from other/dir
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import gzip
 import json
 import math
 import os
@@ -24,10 +32,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from kernels.backend import DEFECTS  # noqa: E402
 from sweeps.policy import GATE_BOUNDS  # noqa: E402
+
+METRIC_COLUMNS = ("config_hash", "dtype", "head_dim_v", "split_kv", "causal", "outcome", "failed_gate",
+                  "out_row_err", "lse_max_abs", "out_rms", "out_nonfinite", "variant")
 
 
 def attnsweep_run(out: Path, name: str, *args: str) -> dict:
@@ -36,84 +48,166 @@ def attnsweep_run(out: Path, name: str, *args: str) -> dict:
         p.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "cli", "run", "--db", str(db), "--report-json", str(report), *args]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    (out / f"{name}.log").write_text(proc.stdout + "\n" + proc.stderr[-20000:])
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     rep = json.loads(report.read_text())
     rep["elapsed_s"] = time.perf_counter() - t0
-    rep["db"] = str(db)
+    export_metrics(db, out / f"metrics-{name}.csv.gz")
+    db.unlink()          # the CSV keeps what the evidence needs; the run's files come back small
+    report.unlink()
     return rep
 
 
-def worst_metrics(db: str) -> dict[str, dict[str, float]]:
+def export_metrics(db: Path, dest: Path) -> None:
     con = sqlite3.connect(db)
-    rows = con.execute(
-        "SELECT dtype, MAX(out_row_err), MAX(lse_max_abs), MAX(out_rms), COUNT(*) FROM config_runs "
-        "WHERE outcome IN ('pass', 'fail') AND out_nonfinite = 0 GROUP BY dtype"
-    ).fetchall()
-    return {d: {"row_err": r or 0.0, "lse_max_abs": l or 0.0, "rms": m or 0.0, "n": n} for d, r, l, m, n in rows}
+    rows = con.execute(f"SELECT {', '.join(METRIC_COLUMNS)} FROM config_runs ORDER BY seq").fetchall()
+    with gzip.open(dest, "wt", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(METRIC_COLUMNS)
+        w.writerows(rows)
 
 
-def failures(db: str, limit: int = 5) -> list[tuple]:
-    con = sqlite3.connect(db)
-    return con.execute(
-        "SELECT outcome, failed_gate, dtype, split_kv, seq_len_k, causal, detail, reproducer FROM config_runs "
-        "WHERE outcome NOT IN ('pass', 'not_applicable') ORDER BY seq LIMIT ?", (limit,)
-    ).fetchall()
+def read_metrics(paths: list[Path]) -> list[dict]:
+    rows = []
+    for p in paths:
+        with gzip.open(p, "rt", newline="") as f:
+            for r in csv.DictReader(f):
+                r["source"] = p.name
+                rows.append(r)
+    return rows
+
+
+def fnum(x: str) -> float:
+    return float(x) if x not in ("", "None") else math.nan
+
+
+def print_failures(rows: list[dict], limit: int = 8) -> None:
+    bad = [r for r in rows if r["outcome"] not in ("pass", "not_applicable")]
+    for r in bad[:limit]:
+        print(f"  {r['outcome']:8} gate={r['failed_gate']} {r['dtype']} Dv={r['head_dim_v']} split={r['split_kv']} "
+              f"row_err={fnum(r['out_row_err']):.2e} lse={fnum(r['lse_max_abs']):.2e} {r['variant']}")
+
+
+def step_sweep(a, common) -> dict:
+    rep = attnsweep_run(a.out, "sweep", "--samples", str(a.sweep), "--seed", str(a.seed), "--label", "gpu-sweep", *common)
+    print(f"\n== sweep: {rep['configs_run']} configs, default distribution, seed {a.seed}, {rep['device']}")
+    print(f"outcomes {rep['outcomes']}")
+    print(f"not applicable {rep['not_applicable_reasons']}; prefilter rejections {rep.get('filtered')}")
+    print(f"{rep['configs_per_s']:.1f} configs/s ({rep['wall_s']:.0f} s, {a.jobs} processes)")
+    print_failures(read_metrics([a.out / "metrics-sweep.csv.gz"]))
+    return rep
+
+
+def step_calibrate(a, common) -> dict:
+    name = f"calibrate-{a.part}"
+    seed = a.seed + 1000 * a.part
+    rep = attnsweep_run(a.out, name, "--samples", str(a.calibrate), "--seed", str(seed), "--label", name, *common)
+    print(f"\n== {name}: {rep['configs_run']} configs, seed {seed}: outcomes {rep['outcomes']}, "
+          f"{rep['configs_per_s']:.1f} configs/s")
+    return rep
+
+
+def step_defects(a, common) -> dict:
+    res = {}
+    print(f"\n== defect switches, {a.defect_samples} configs each (default distribution, seed {a.seed + 2})")
+    for d in sorted(DEFECTS):
+        rep = attnsweep_run(a.out, f"defect-{d}", "--samples", str(a.defect_samples), "--seed", str(a.seed + 2),
+                            "--defect", d, *common)
+        o = rep["outcomes"]
+        res[d] = o
+        print(f"{d:24} fail={o['fail']:4d} nan={o['nan']:4d} pass={o['pass']:4d} error={o['error']} "
+              f"-> {'CAUGHT' if o['fail'] + o['nan'] else 'MISSED'}")
+    return res
+
+
+def step_sdpa(a) -> list[dict]:
+    """Final outputs of our cuda backend against torch SDPA (an oracle nobody here wrote)."""
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("gpu_cases", ROOT / "tests/gpu/test_cuda_backend.py")
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    from kernels.cuda import CudaBackend
+    from reference import make_inputs
+
+    backend = CudaBackend()
+    res = []
+    print("\n== torch scaled_dot_product_attention vs ours (max |ours - torch| / max |torch|)")
+    for c in cases.SDPA_CASES + cases.SDPA_EXTRA_CASES:
+        inputs = make_inputs(c)
+        prepared = backend.prepare(c)
+        ours = backend.run(prepared, c, inputs).out.astype(np.float32)
+        theirs = cases.sdpa_reference(c, inputs)
+        err = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-6))
+        res.append({"config": json.loads(c.to_json()), "variant": prepared.variant, "rel_err": err})
+        print(f"  {c.dtype:4} g={c.g} hq={c.num_heads_q} hkv={c.num_heads_kv} sq={c.seq_len_q} sk={c.seq_len_k} "
+              f"d={c.head_dim_qk}/{c.head_dim_v} causal={c.causal} split={c.split_kv} {prepared.variant}: {err:.1e}")
+    return res
+
+
+def step_pool(a) -> dict:
+    files = sorted(a.out.glob("metrics-calibrate-*.csv.gz")) + sorted(a.out.glob("metrics-sweep.csv.gz"))
+    for d in a.pool_from:
+        files += sorted(Path(d).glob("metrics-calibrate-*.csv.gz")) + sorted(Path(d).glob("metrics-sweep.csv.gz"))
+    rows = read_metrics(files)
+    judged = [r for r in rows if r["outcome"] in ("pass", "fail", "nan")]
+    false_fail = [r for r in judged if r["outcome"] != "pass"]
+    print(f"\n== calibration pool: {len(rows)} configs from {len(files)} sweeps ({', '.join(f.name for f in files)})")
+    print("outcomes: " + ", ".join(f"{o}={sum(r['outcome'] == o for r in rows)}" for o in
+                                    ("pass", "fail", "nan", "error", "timeout", "oom", "not_applicable")))
+    print(f"{'dtype':6} {'n':>6} {'worst row_err':>14} {'bound':>10} {'margin':>7} {'worst lse_abs':>14} {'bound':>10} {'margin':>7}")
+    table = {}
+    for dtype in sorted({r["dtype"] for r in judged}):
+        rs = [r for r in judged if r["dtype"] == dtype and int(r["out_nonfinite"] or 0) == 0]
+        wr = max((fnum(r["out_row_err"]) for r in rs if not math.isnan(fnum(r["out_row_err"]))), default=0.0)
+        wl = max((fnum(r["lse_max_abs"]) for r in rs if not math.isnan(fnum(r["lse_max_abs"]))), default=0.0)
+        b = GATE_BOUNDS[dtype]
+        mr = b["row_err"] / wr if wr else math.inf
+        ml = b["lse_max_abs"] / wl if wl else math.inf
+        table[dtype] = {"n": len(rs), "worst_row_err": wr, "row_bound": b["row_err"], "row_margin": mr,
+                        "worst_lse_abs": wl, "lse_bound": b["lse_max_abs"], "lse_margin": ml}
+        print(f"{dtype:6} {len(rs):6d} {wr:14.3e} {b['row_err']:10.2e} {mr:7.1f} {wl:14.3e} {b['lse_max_abs']:10.2e} {ml:7.1f}")
+    print(f"false failures (fail/nan of the correct kernels): {len(false_fail)}")
+    print_failures(false_fail)
+    return {"configs": len(rows), "files": [f.name for f in files], "table": table, "false_failures": len(false_fail)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", default="sweep,calibrate,defects,sdpa,pool")
     ap.add_argument("--backend", default="cuda")
-    ap.add_argument("--calibrate", type=int, default=10000)
     ap.add_argument("--sweep", type=int, default=2000)
+    ap.add_argument("--calibrate", type=int, default=10000)
+    ap.add_argument("--part", type=int, default=1)
     ap.add_argument("--defect-samples", type=int, default=300)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--out", type=Path, default=Path("artifacts"))
-    ap.add_argument("--skip", default="", help="comma list of steps to skip: calibrate,sweep,defects")
+    ap.add_argument("--pool-from", action="append", default=[])
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    skip = set(filter(None, a.skip.split(",")))
     common = ["--backend", a.backend, "--jobs", str(a.jobs)]
+    steps = [s for s in a.steps.split(",") if s]
     summary: dict = {}
-
-    if "calibrate" not in skip and a.calibrate:
-        rep = attnsweep_run(a.out, "calibrate", "--samples", str(a.calibrate), "--seed", str(a.seed), "--label", "calibration", *common)
-        worst = worst_metrics(rep["db"])
-        summary["calibration"] = {"report": rep, "worst": worst}
-        print(f"\n== calibration: {rep['configs_run']} configs on {rep['device']}, {rep['configs_per_s']:.1f} configs/s")
-        print(f"outcomes {rep['outcomes']}  not applicable {rep['not_applicable_reasons']}")
-        print(f"{'dtype':6} {'n':>6} {'worst row_err':>14} {'bound':>10} {'margin':>8} {'worst lse_abs':>14} {'bound':>10} {'margin':>8} {'worst rms':>10}")
-        for dtype, w in sorted(worst.items()):
-            b = GATE_BOUNDS[dtype]
-            mr = b["row_err"] / w["row_err"] if w["row_err"] else math.inf
-            ml = b["lse_max_abs"] / w["lse_max_abs"] if w["lse_max_abs"] else math.inf
-            print(f"{dtype:6} {w['n']:6d} {w['row_err']:14.3e} {b['row_err']:10.2e} {mr:8.1f} {w['lse_max_abs']:14.3e} {b['lse_max_abs']:10.2e} {ml:8.1f} {w['rms']:10.2e}")
-        for f in failures(rep["db"]):
-            print("  failure:", f[:6], f[6][:200] if f[6] else "", "\n   ", f[7][:300])
-
-    if "sweep" not in skip and a.sweep:
-        rep = attnsweep_run(a.out, "sweep", "--samples", str(a.sweep), "--seed", str(a.seed + 1), "--label", "gpu-sweep", *common)
-        summary["sweep"] = rep
-        print(f"\n== sweep: {rep['configs_run']} configs, default distribution, seed {rep['seed']}, {rep['device']}")
-        print(f"outcomes {rep['outcomes']}")
-        print(f"not applicable {rep['not_applicable_reasons']}; filtered {rep['filtered']}")
-        print(f"{rep['configs_per_s']:.1f} configs/s ({rep['wall_s']:.0f} s, {a.jobs} processes)")
-        for f in failures(rep["db"]):
-            print("  failure:", f[:6], f[6][:200] if f[6] else "", "\n   ", f[7][:300])
-
-    if "defects" not in skip and a.defect_samples:
-        summary["defects"] = {}
-        print(f"\n== defect switches, {a.defect_samples} configs each (default distribution, seed {a.seed + 2})")
-        for d in DEFECTS:
-            rep = attnsweep_run(a.out, f"defect_{d}", "--samples", str(a.defect_samples), "--seed", str(a.seed + 2), "--defect", d, *common)
-            summary["defects"][d] = rep["outcomes"]
-            caught = rep["outcomes"]["fail"] + rep["outcomes"]["nan"]
-            print(f"{d:24} fail={rep['outcomes']['fail']:4d} nan={rep['outcomes']['nan']:4d} pass={rep['outcomes']['pass']:4d} "
-                  f"error={rep['outcomes']['error']} -> {'CAUGHT' if caught else 'MISSED'}")
-    (a.out / "evidence.json").write_text(json.dumps(summary, indent=2, default=str))
+    for step in steps:
+        t0 = time.perf_counter()
+        if step == "sweep":
+            summary["sweep"] = step_sweep(a, common)
+        elif step == "calibrate":
+            summary[f"calibrate-{a.part}"] = step_calibrate(a, common)
+        elif step == "defects":
+            summary["defects"] = step_defects(a, common)
+        elif step == "sdpa":
+            summary["sdpa"] = step_sdpa(a)
+        elif step == "pool":
+            summary["pool"] = step_pool(a)
+        else:
+            raise SystemExit(f"--steps: unknown step {step!r}")
+        print(f"({step}: {time.perf_counter() - t0:.0f} s)", flush=True)
+    (a.out / f"evidence-{'-'.join(steps)}.json").write_text(json.dumps(summary, indent=2, default=str))
 
 
 if __name__ == "__main__":

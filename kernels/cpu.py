@@ -6,6 +6,12 @@ of the arithmetic), P rounded to the storage type before P·V as tensor-core ker
 partials in NaN-filled buffers, and the unmasked combine of a device combine kernel. The
 defect switches of DEFECTS act on that shared code, so a sweep on this backend shows each
 bug class with its real symptom.
+
+Source revisions: the emulation's arithmetic is Python, so a kernel source (a bundle of
+kernels/src at some commit, or the local one) reaches it only through its defect switches:
+the `#define ATTN_DEFECT_*` lines of the source (kernels.source.KernelSource.defect_switches)
+are added to the defects asked for. With a bundle, results carry the bundle's hash, since the
+revision is what was tested; without one, the hash of the emulation's own modules.
 """
 from __future__ import annotations
 
@@ -18,7 +24,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from attnconfig import AttentionConfig, parse_config
-from kernels.backend import Backend, DeviceInfo, Prepared, RunOutput
+from kernels.backend import DEFECTS, Backend, DeviceInfo, Prepared, RunOutput
+from kernels.source import KernelSource
 from reference import chunks, masks, splits
 from reference.inputs import output_dtypes, value_dtype
 from reference.layout import logical_view, to_logical, to_physical
@@ -34,15 +41,28 @@ def _source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def _source_switches(source: KernelSource | None) -> frozenset[str]:
+    if source is None:
+        from kernels.variants import local_source
+
+        source = local_source()
+    return source.defect_switches()
+
+
 class CpuEmulationBackend(Backend):
     name = "cpu"
 
-    def __init__(self, defects: frozenset[str] = frozenset(), block_n: int = DEFAULT_BLOCK_N):
-        super().__init__(defects)
+    def __init__(self, defects: frozenset[str] = frozenset(), block_n: int = DEFAULT_BLOCK_N,
+                 source: KernelSource | None = None):
+        switches = _source_switches(source)
+        super().__init__(frozenset(defects) | (switches & DEFECTS.keys()))
         if block_n < 1:
             raise ValueError(f"block_n={block_n} must be >= 1")
         self.block_n = block_n
-        self._source_hash = _source_hash()
+        self.kernel_source = source
+        # Switches of the source that the emulation has no model of: it runs without them.
+        self.unemulated_switches = switches - DEFECTS.keys()
+        self._source_hash = source.hash if source is not None else _source_hash()
 
     def device_info(self) -> DeviceInfo:
         return DeviceInfo(

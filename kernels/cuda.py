@@ -23,7 +23,8 @@ from kernels.backend import (
     DeviceOutOfMemory,
     LaunchError,
 )
-from kernels.variants import Compiled, DeviceBackend, Launch, Variant, load_sources, pack_kernel_params
+from kernels.source import KernelSource
+from kernels.variants import Compiled, DeviceBackend, Launch, Variant, pack_kernel_params
 
 
 def _import_cuda() -> tuple[Any, Any]:
@@ -62,8 +63,10 @@ def cuda_include_dir() -> str | None:
 class CudaBackend(DeviceBackend):
     name = "cuda"
 
-    def __init__(self, defects: frozenset[str] = frozenset(), *, device: int = 0, cache: Any = None):
+    def __init__(self, defects: frozenset[str] = frozenset(), *, device: int = 0, cache: Any = None,
+                 source: KernelSource | None = None):
         super().__init__(defects, cache=cache)
+        self.kernel_source = source  # None: the local kernels/src
         self._driver, self._nvrtc = _import_cuda()
         self._ctx = None
         d = self._driver
@@ -155,7 +158,7 @@ class CudaBackend(DeviceBackend):
 
     def _rt_compile(self, variant: Variant, options: list[str]) -> Compiled:
         nv = self._nvrtc
-        source, headers, _ = load_sources()
+        source, headers = self.source.entry_text, dict(self.source.headers)
         names = list(headers)
         prog = self._nvcheck(nv.nvrtcCreateProgram(
             source.encode(), b"attention.hip", len(names),

@@ -26,7 +26,8 @@ from kernels.backend import (
     DeviceOutOfMemory,
     LaunchError,
 )
-from kernels.variants import Compiled, DeviceBackend, Launch, Variant, load_sources
+from kernels.source import KernelSource
+from kernels.variants import Compiled, DeviceBackend, Launch, Variant
 
 
 def _import_hip() -> tuple[Any, Any]:
@@ -40,8 +41,10 @@ def _import_hip() -> tuple[Any, Any]:
 class HipBackend(DeviceBackend):
     name = "hip"
 
-    def __init__(self, defects: frozenset[str] = frozenset(), *, device: int = 0, cache: Any = None):
+    def __init__(self, defects: frozenset[str] = frozenset(), *, device: int = 0, cache: Any = None,
+                 source: KernelSource | None = None):
         super().__init__(defects, cache=cache)
+        self.kernel_source = source  # None: the local kernels/src
         self._hip, self._rtc = _import_hip()
         self._device = device
         h = self._hip
@@ -109,7 +112,7 @@ class HipBackend(DeviceBackend):
 
     def _rt_compile(self, variant: Variant, options: list[str]) -> Compiled:
         rtc = self._rtc
-        source, headers, _ = load_sources()
+        source, headers = self.source.entry_text, dict(self.source.headers)
         names = list(headers)
         prog = self._rtccheck(rtc.hiprtcCreateProgram(
             source.encode(), b"attention.hip", len(names),

@@ -8,34 +8,42 @@ from __future__ import annotations
 from typing import Callable
 
 from kernels.backend import Backend, BackendUnavailable
+from kernels.source import KernelSource
 
 BACKEND_NAMES = ("auto", "cpu", "cuda", "hip")
 AUTO_ORDER = ("cuda", "hip", "cpu")
 
 
-def _cuda(defects: frozenset[str]) -> Backend:
+def _cuda(defects: frozenset[str], source: KernelSource | None = None) -> Backend:
     from kernels.cuda import CudaBackend
 
-    return CudaBackend(defects)
+    return CudaBackend(defects, source=source)
 
 
-def _hip(defects: frozenset[str]) -> Backend:
+def _hip(defects: frozenset[str], source: KernelSource | None = None) -> Backend:
     from kernels.hip import HipBackend
 
-    return HipBackend(defects)
+    return HipBackend(defects, source=source)
 
 
-def _cpu(defects: frozenset[str]) -> Backend:
+def _cpu(defects: frozenset[str], source: KernelSource | None = None) -> Backend:
     from kernels.cpu import CpuEmulationBackend
 
-    return CpuEmulationBackend(defects)
+    return CpuEmulationBackend(defects, source=source)
 
 
-FACTORIES: dict[str, Callable[[frozenset[str]], Backend]] = {"cuda": _cuda, "hip": _hip, "cpu": _cpu}
+FACTORIES: dict[str, Callable[..., Backend]] = {"cuda": _cuda, "hip": _hip, "cpu": _cpu}
 
 
-def get_backend(name: str = "auto", defects: frozenset[str] | set[str] | tuple[str, ...] = frozenset()) -> Backend:
-    """The backend called `name` ("auto", "cpu", "cuda", "hip") compiled with `defects`.
+def _make(factory: Callable[..., Backend], defects: frozenset[str], source: KernelSource | None) -> Backend:
+    # A factory may take the defects alone (a stand-in, say) as long as no bundle is asked for.
+    return factory(defects) if source is None else factory(defects, source)
+
+
+def get_backend(name: str = "auto", defects: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
+                source: KernelSource | None = None) -> Backend:
+    """The backend called `name` ("auto", "cpu", "cuda", "hip") compiled with `defects`, from
+    `source` (a bundle of kernels/src at some revision; None: the local kernels/src).
 
     Raises BackendUnavailable when a named GPU backend cannot run here (auto never does: it
     falls back to cpu), ValueError for an unknown name or defect."""
@@ -43,11 +51,11 @@ def get_backend(name: str = "auto", defects: frozenset[str] | set[str] | tuple[s
     if name not in BACKEND_NAMES:
         raise ValueError(f"backend: unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     if name != "auto":
-        return FACTORIES[name](defects)
+        return _make(FACTORIES[name], defects, source)
     reasons = []
     for candidate in AUTO_ORDER:
         try:
-            return FACTORIES[candidate](defects)
+            return _make(FACTORIES[candidate], defects, source)
         except BackendUnavailable as exc:
             reasons.append(f"{candidate}: {exc}")
     raise BackendUnavailable("no backend usable: " + "; ".join(reasons))

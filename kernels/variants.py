@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import abc
 import ctypes
-import hashlib
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -39,6 +38,7 @@ from kernels.backend import (
     Prepared,
     RunOutput,
 )
+from kernels.source import KernelSource
 
 SRC_DIR = Path(__file__).resolve().parent / "src"
 SOURCE_FILE = "attention.hip"
@@ -47,8 +47,14 @@ HEADER_FILES = ("hip_compat.h",)
 HEAD_DIM_BUCKETS = (32, 64, 128, 256)   # compile-time buckets; above the last: general path
 GENERAL_BUCKET = 0
 DEFAULT_BLOCK_N = 32                    # keys per KV block (SPEC §3 block_n)
-DEFAULT_BLOCK_M = 1                     # query rows per thread block
+DEFAULT_BLOCK_M = 1                     # query rows per thread block (rowwise path)
 DEFAULT_THREADS = 128                   # threads per block (must be a multiple of block_n)
+COMBINE_THREADS = 256                   # threads per block of the combine kernel
+COMBINE_DIMS = 16                       # value dims per combine block (ATTN_COMBINE_DIMS)
+MAX_SPLITS = 1024                       # the combine's shared weights (ATTN_MAX_SPLITS)
+GROUPED_DTYPES = ("f16", "bf16", "f32")
+GROUPED_MAX_ROWS = 4                    # query rows sharing one K/V pass (more: out of registers)
+PATHS = ("rowwise", "grouped")
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
 
@@ -90,14 +96,24 @@ class Variant:
     block_m: int = DEFAULT_BLOCK_M
     threads: int = DEFAULT_THREADS
     defects: tuple[str, ...] = ()
+    path: str = "rowwise"
 
     def __post_init__(self) -> None:
         if self.dtype not in QK_CPP:
             raise ValueError(f"dtype: unknown {self.dtype!r}")
         if self.threads % self.block_n:
             raise ValueError(f"threads={self.threads} is not a multiple of block_n={self.block_n}")
-        if self.block_m != 1:
-            raise ValueError("block_m: only 1 query row per thread block is implemented")
+        if self.path not in PATHS:
+            raise ValueError(f"path: unknown {self.path!r}; choose one of {PATHS}")
+        if self.path == "rowwise" and self.block_m != 1:
+            raise ValueError("block_m: the rowwise path runs 1 query row per thread block")
+        if self.path == "grouped":
+            if self.dtype not in GROUPED_DTYPES:
+                raise ValueError(f"path: the grouped path runs {GROUPED_DTYPES}, not {self.dtype}")
+            if GENERAL_BUCKET in (self.dqk_bucket, self.dv_bucket):
+                raise ValueError("path: the grouped path needs head dims <= 256")
+            if self.block_m not in (1, 2, 4, 8):
+                raise ValueError("block_m: the grouped path groups 1, 2, 4 or 8 query rows")
         if tuple(sorted(set(self.defects))) != self.defects:
             raise ValueError("defects: must be sorted and unique")
         for d in self.defects:
@@ -107,18 +123,23 @@ class Variant:
     def name(self) -> str:
         base = (f"attn_{self.dtype}_qk{_bucket_label(self.dqk_bucket)}_v{_bucket_label(self.dv_bucket)}"
                 f"_n{self.block_n}_m{self.block_m}_t{self.threads}")
+        if self.path != "rowwise":
+            base += "_" + self.path
         if self.defects:
             base += "_defect-" + "-".join(self.defects)
         return base
 
     @property
     def fwd_expr(self) -> str:
+        if self.path == "grouped":
+            return (f"attn_splitkv_fwd_grouped<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
+                    f"{self.block_n}, {self.threads}, {self.block_m}>")
         return (f"attn_splitkv_fwd<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
                 f"{self.block_n}, {self.threads}>")
 
     @property
     def combine_expr(self) -> str:
-        return f"attn_splitkv_combine<{OUT_CPP[self.dtype]}, {LSE_CPP[self.dtype]}, {self.threads}>"
+        return f"attn_splitkv_combine<{OUT_CPP[self.dtype]}, {LSE_CPP[self.dtype]}, {COMBINE_THREADS}>"
 
     @property
     def name_expressions(self) -> tuple[str, str]:
@@ -128,34 +149,53 @@ class Variant:
         return [f"-D{defect_macro(d)}=1" for d in self.defects]
 
 
-def select_variant(config: AttentionConfig, defects: frozenset[str] | Sequence[str] = ()) -> Variant:
-    """The variant a config runs on. Raises NotApplicable only past the launch limits."""
+def grouped_rows(config: AttentionConfig) -> int:
+    """Query rows per block on the grouped path: all rows of a kv head, up to 8, as a power of two."""
+    rows = config.gqa_ratio * config.seq_len_q
+    rb = 1
+    while rb < min(rows, GROUPED_MAX_ROWS):
+        rb *= 2
+    return rb
+
+
+def select_variant(config: AttentionConfig, defects: frozenset[str] | Sequence[str] = (),
+                   path: str = "auto") -> Variant:
+    """The variant a config runs on. Raises NotApplicable only past the launch limits.
+
+    `auto` takes the grouped path (K/V read once per group of query rows, 16-byte loads) where
+    it applies — f16, bf16, f32 with both head dims <= 256 — and the rowwise path elsewhere;
+    `rowwise` forces the rowwise path (to compare the two on one config)."""
     rows = config.g * config.num_heads_q * config.seq_len_q
     if rows > MAX_GRID_X:
         raise NotApplicable("grid_too_large", f"g*num_heads_q*seq_len_q={rows} > {MAX_GRID_X}")
-    if config.split_kv > MAX_GRID_Y:
-        raise NotApplicable("grid_too_large", f"split_kv={config.split_kv} > {MAX_GRID_Y}")
-    return Variant(
-        dtype=config.dtype,
-        dqk_bucket=head_dim_bucket(config.head_dim_qk),
-        dv_bucket=head_dim_bucket(config.head_dim_v),
-        defects=tuple(sorted(set(defects))),
-    )
+    if config.split_kv > min(MAX_GRID_Y, MAX_SPLITS):
+        raise NotApplicable("grid_too_large", f"split_kv={config.split_kv} > {min(MAX_GRID_Y, MAX_SPLITS)}")
+    if path not in ("auto", *PATHS):
+        raise ValueError(f"path: unknown {path!r}; choose auto or one of {PATHS}")
+    dqk, dv = head_dim_bucket(config.head_dim_qk), head_dim_bucket(config.head_dim_v)
+    grouped = config.dtype in GROUPED_DTYPES and GENERAL_BUCKET not in (dqk, dv)
+    if path == "grouped" and not grouped:
+        raise NotApplicable("path_not_applicable", "the grouped path needs f16/bf16/f32 and head dims <= 256")
+    if path == "rowwise" or not grouped:
+        return Variant(dtype=config.dtype, dqk_bucket=dqk, dv_bucket=dv, defects=tuple(sorted(set(defects))))
+    return Variant(dtype=config.dtype, dqk_bucket=dqk, dv_bucket=dv, block_m=grouped_rows(config),
+                   defects=tuple(sorted(set(defects))), path="grouped")
 
 
 @lru_cache(maxsize=1)
+def local_source() -> KernelSource:
+    """The workers' own kernels/src: what a sweep without a source bundle compiles."""
+    return KernelSource.from_dir(SRC_DIR, SOURCE_FILE, HEADER_FILES)
+
+
 def load_sources() -> tuple[str, dict[str, str], str]:
-    """(attention.hip text, {header name: text}, sha256 of all of them)."""
-    source = (SRC_DIR / SOURCE_FILE).read_text()
-    headers = {name: (SRC_DIR / name).read_text() for name in HEADER_FILES}
-    h = hashlib.sha256()
-    for name, text in [(SOURCE_FILE, source), *sorted(headers.items())]:
-        h.update(name.encode() + b"\0" + text.encode() + b"\0")
-    return source, headers, h.hexdigest()
+    """(attention.hip text, {header name: text}, sha256 of all of them) of the local source."""
+    src = local_source()
+    return src.entry_text, dict(src.headers), src.hash
 
 
 def source_hash() -> str:
-    return load_sources()[2]
+    return local_source().hash
 
 
 # ---- launch plan ----------------------------------------------------------------------------
@@ -224,7 +264,14 @@ def fwd_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int]
         i32(c.split_kv), i32(1 if split else 0), i32(1 if c.causal else 0), f32(scale),
         f32(quant_scale), i32(quant_zero_point),
     )
-    return Launch("fwd", (g * hq * sq, c.split_kv, 1), (variant.threads, 1, 1), args)
+    if variant.path == "grouped":
+        groups = -(-(c.gqa_ratio * sq) // variant.block_m)
+        grid_x = g * hkv * groups
+    else:
+        grid_x = g * hq * sq
+    if grid_x > MAX_GRID_X:
+        raise NotApplicable("grid_too_large", f"grid x = {grid_x} > {MAX_GRID_X}")
+    return Launch("fwd", (grid_x, c.split_kv, 1), (variant.threads, 1, 1), args)
 
 
 def combine_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int]) -> Launch:
@@ -235,7 +282,8 @@ def combine_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, 
         i32(c.g), i32(c.num_heads_q), i32(c.seq_len_q), i32(c.head_dim_v),
         *map(i64, os_), i32(c.split_kv),
     )
-    return Launch("combine", (c.g * c.num_heads_q * c.seq_len_q, 1, 1), (variant.threads, 1, 1), args)
+    dim_blocks = -(-c.head_dim_v // COMBINE_DIMS)
+    return Launch("combine", (c.g * c.num_heads_q * c.seq_len_q, dim_blocks, 1), (COMBINE_THREADS, 1, 1), args)
 
 
 # ---- host-side tensors ----------------------------------------------------------------------
@@ -301,6 +349,12 @@ class DeviceBackend(Backend, abc.ABC):
 
     #: arch string for the cache key (sm_90, gfx942...); set by the subclass constructor
     arch: str = ""
+    #: a source bundle to compile instead of the local kernels/src; set by the subclass constructor
+    kernel_source: KernelSource | None = None
+
+    @property
+    def source(self) -> KernelSource:
+        return self.kernel_source or local_source()
 
     def __init__(self, defects: frozenset[str] = frozenset(), *, cache: Any = None):
         super().__init__(defects)
@@ -362,14 +416,17 @@ class DeviceBackend(Backend, abc.ABC):
         """Make this backend's device current in the calling thread."""
 
     # -- prepare --------------------------------------------------------------------------------
+    #: "auto" (grouped where it applies), or "rowwise" to force the rowwise path (tests, benchmarks)
+    kernel_path: str = "auto"
+
     def variant_for(self, config: AttentionConfig) -> Variant:
-        return select_variant(config, self.defects)
+        return select_variant(config, self.defects, self.kernel_path)
 
     def cache_key_fields(self, variant: Variant, options: list[str]) -> dict[str, Any]:
         return {
             "variant": variant.name,
             "name_expressions": list(variant.name_expressions),
-            "source_hash": source_hash(),
+            "source_hash": self.source.hash,
             "options": options,
             "arch": self.arch,
             "compiler": self.compiler_version(),
@@ -380,7 +437,7 @@ class DeviceBackend(Backend, abc.ABC):
         variant = self.variant_for(config)
         loaded = self._loaded.get(variant.name)
         if loaded is not None and self.cache.enabled:
-            return Prepared(variant.name, variant.block_n, source_hash(), 0.0, True, loaded)
+            return Prepared(variant.name, variant.block_n, self.source.hash, 0.0, True, loaded)
         self._rt_activate()
         options = self.compile_options(variant)
         result = self.cache.load_or_compile(
@@ -394,7 +451,7 @@ class DeviceBackend(Backend, abc.ABC):
         }
         loaded = LoadedVariant(variant, module, functions)
         self._loaded[variant.name] = loaded
-        return Prepared(variant.name, variant.block_n, source_hash(), result.compile_s, result.hit, loaded)
+        return Prepared(variant.name, variant.block_n, self.source.hash, result.compile_s, result.hit, loaded)
 
     # -- run ------------------------------------------------------------------------------------
     def partial_bytes(self, config: AttentionConfig) -> int:
@@ -427,7 +484,6 @@ class DeviceBackend(Backend, abc.ABC):
 
         o_shape_phys = ((c.g, c.num_heads_q, c.head_dim_v, c.seq_len_q) if c.trans_o
                         else (c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v))
-        rows = c.g * c.num_heads_q * c.seq_len_q
         outputs: dict[str, tuple[tuple[int, ...], np.dtype]] = {"o": (o_shape_phys, dt["o"])}
         if c.return_lse:
             outputs["lse"] = ((c.g, c.num_heads_q, c.seq_len_q), dt["lse"])

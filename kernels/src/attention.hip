@@ -259,7 +259,334 @@ __global__ void __launch_bounds__(NT) attn_splitkv_fwd(
     }
 }
 
+// ---- the grouped split kernel (the fast path) ----------------------------------------------
+// attn_splitkv_fwd_grouped<T, DQK_B, DV_B, BLOCK_N, NT, RB>: the same contract, arguments and
+// outputs as attn_splitkv_fwd, for f16/bf16/f32 with head dims up to 256. Decoding is memory
+// bound and GQA shares each K/V row between hq/hkv query heads, so one block serves RB query
+// rows of one kv head (rows (h, qi) of that head, head-major) and reads each K and V row of its
+// split once, with 16-byte loads where the layout allows:
+//   grid  = (g * hkv * ceil(hq/hkv * sq / RB), S), block = NT threads.
+// Per tile of NT keys: (1) thread t computes the RB logits of key t (its K row against the RB
+// query rows in shared memory), (2) NT/RB threads per row update the running max and sum,
+// (3) thread (dg, kg) accumulates P.V over keys kg, kg+KG, ... for its VEC value dims.
+// The key groups' accumulators are summed once at the end of the split. Split boundaries,
+// masks, guards and defect switches are those of attn_splitkv_fwd.
+template <typename T> struct AttnVec { static constexpr int n = 16 / (int)sizeof(T); };
+
+// Tuning knobs of the grouped path (bench/tune_grouped.py measures them; the defaults won):
+// blocks per SM the register budget must allow, and rows a thread loads before using them.
+#ifndef ATTN_GROUPED_MIN_BLOCKS
+#define ATTN_GROUPED_MIN_BLOCKS 3
+#endif
+#ifndef ATTN_GROUPED_UNROLL
+#define ATTN_GROUPED_UNROLL 4
+#endif
+
+// VEC elements of a row, as stored; one 16-byte load when `vec` says the row is contiguous and
+// 16-byte aligned and the whole piece is inside the row, else element by element (zero past dmax).
+template <typename T, int VEC> struct alignas(16) AttnPack { T v[VEC]; };
+
+// The element-by-element case (transposed layouts, ragged head dims) out of line: unrolled in
+// place it would cost the fast case its registers.
+template <typename T, int VEC>
+__device__ __noinline__ AttnPack<T, VEC> attn_gather_pack(const T* p, long long sd, int d0, int dmax) {
+    AttnPack<T, VEC> x;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) x.v[e] = (d0 + e < dmax) ? p[(long long)(d0 + e) * sd] : attn_from_float<T>(0.0f);
+    return x;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void attn_load_pack(AttnPack<T, VEC>& x, const T* p, long long sd, int d0, int dmax, bool vec) {
+    if (vec && d0 + VEC <= dmax) x = *reinterpret_cast<const AttnPack<T, VEC>*>(p + d0);
+    else x = attn_gather_pack<T, VEC>(p, sd, d0, dmax);
+}
+
+template <typename T, int DQK_B, int DV_B, int BLOCK_N, int NT, int RB>
+__global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_grouped(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+    const T* __restrict__ bias, T* __restrict__ o, float* __restrict__ lse,
+    float* __restrict__ o_part, float* __restrict__ lse_part,
+    const int* __restrict__ prefix_offset, const int* __restrict__ current_seq_len,
+    int g, int hq, int hkv, int sq, int sk, int dqk, int dv,
+    long long q_sb, long long q_sh, long long q_ss, long long q_sd,
+    long long k_sb, long long k_sh, long long k_ss, long long k_sd,
+    long long v_sb, long long v_sh, long long v_ss, long long v_sd,
+    long long o_sb, long long o_sh, long long o_ss, long long o_sd,
+    int num_splits, int write_partials, int causal, float qk_scale,
+    float quant_scale, int quant_zero_point)
+{
+    constexpr int VEC = AttnVec<T>::n;
+    constexpr int DG = (DV_B + VEC - 1) / VEC;      // value-dim groups of VEC
+    constexpr int KG = NT / DG;                     // key groups in the P.V phase
+    constexpr int TPR = NT / RB;                    // threads per row in the softmax phase
+    constexpr int LK = (DQK_B / VEC) < 32 ? (DQK_B / VEC) : 32;   // lanes sharing one K row
+    constexpr int NVK = DQK_B / (VEC * LK);         // 16-byte pieces of a K row per lane
+    constexpr int KKG = NT / LK;                    // key groups in the logits phase
+    constexpr int UK = (LK < ATTN_GROUPED_UNROLL ? LK : ATTN_GROUPED_UNROLL) / NVK;  // K rows in flight per lane
+    constexpr int UV = DG < ATTN_GROUPED_UNROLL ? DG : ATTN_GROUPED_UNROLL;         // V rows in flight per thread
+    static_assert(DQK_B > 0 && DQK_B <= 256 && DV_B > 0 && DV_B <= 256, "grouped path: head dims <= 256");
+    static_assert(NT % DG == 0 && KG >= 1 && NT % RB == 0, "grouped path: NT must split into groups");
+
+    __shared__ float s_s[RB][NT];          // logits, then probabilities, of the current tile
+    __shared__ float m_s[RB], l_s[RB], alpha_s[RB];
+    __shared__ float red_s[KG][RB][DV_B];  // key groups' accumulators, summed at the end
+
+    const int tid = (int)threadIdx.x;
+    const int ratio = hq / hkv;
+    const int rows_per_kv = ratio * sq;
+    const int groups = (rows_per_kv + RB - 1) / RB;
+    const int grp = (int)(blockIdx.x % (unsigned)groups);
+    const long long bk = (long long)(blockIdx.x / (unsigned)groups);   // b * hkv + kvh
+    const int kvh = (int)(bk % hkv);
+    const int b = (int)(bk / hkv);
+    const int split = (int)blockIdx.y;
+    const long long rows = (long long)g * hq * sq;
+
+    const int last_key = current_seq_len ? current_seq_len[b] : sk - 1;
+    const int n_blocks = (last_key + BLOCK_N) / BLOCK_N;
+#ifdef ATTN_DEFECT_FLOOR_BLOCKS_PER_SPLIT
+    const int blocks_per_split = n_blocks / num_splits;
+#else
+    const int blocks_per_split = (n_blocks + num_splits - 1) / num_splits;
+#endif
+    const int blk_begin = min(split * blocks_per_split, n_blocks);
+    const int blk_end = min(blk_begin + blocks_per_split, n_blocks);
+    const int key_begin = blk_begin * BLOCK_N;
+    const int key_end = min(blk_end * BLOCK_N, last_key + 1);
+    const long long prefix = (causal && prefix_offset) ? (long long)prefix_offset[b] : 0;
+
+    // The block's rows: row i is query head kvh*ratio + rr / sq at position rr % sq. Each lane
+    // keeps its slice of the rows' (scaled) queries in registers.
+    const int lk = tid % LK, kk = tid / LK;
+    float qr[RB][NVK][VEC];
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+        const int rr = grp * RB + i;
+        const int h = kvh * ratio + rr / sq, qi = rr % sq;
+        const T* qp = q + (long long)b * q_sb + (long long)h * q_sh + (long long)qi * q_ss;
+#pragma unroll
+        for (int n = 0; n < NVK; ++n)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const int d = (n * LK + lk) * VEC + e;
+                qr[i][n][e] = (rr < rows_per_kv && d < dqk) ? attn_to_float(qp[(long long)d * q_sd]) * qk_scale : 0.0f;
+            }
+    }
+#ifdef ATTN_DEFECT_CAUSAL_OFF_BY_ONE
+    const long long causal_shift = prefix - 1;   // row qi sees keys j <= qi + causal_shift
+#else
+    const long long causal_shift = prefix;
+#endif
+    if (tid < RB) { m_s[tid] = ATTN_NEG_INF; l_s[tid] = 0.0f; }
+
+    const T* kp = k + (long long)b * k_sb + (long long)kvh * k_sh;
+    const T* vp = v + (long long)b * v_sb + (long long)kvh * v_sh;
+    const bool k_vec = k_sd == 1 && k_ss % VEC == 0 && k_sh % VEC == 0 && k_sb % VEC == 0;
+    const bool v_vec = v_sd == 1 && v_ss % VEC == 0 && v_sh % VEC == 0 && v_sb % VEC == 0;
+    const int dg = tid % DG, kg = tid / DG;
+    float acc[RB][VEC];
+#pragma unroll
+    for (int i = 0; i < RB; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[i][e] = 0.0f;
+    __syncthreads();
+
+    // Tiles past a causal group's last visible key are walked anyway, as rocMLIR's kernel did:
+    // skipping them would hide the -inf - (-inf) defect from most causal configs.
+    for (int j0 = key_begin; j0 < key_end; j0 += NT) {
+        // (1) logits: lanes lk of key group kk read 16-byte pieces of one K row (coalesced) and
+        //     dot them with their slice of the RB query rows; a shuffle sum over the LK lanes.
+#pragma unroll 1
+        for (int c0 = 0; c0 < LK; c0 += UK) {
+            AttnPack<T, VEC> kx[UK][NVK];
+#pragma unroll
+            for (int u = 0; u < UK; ++u) {
+                const int j = j0 + kk + (c0 + u) * KKG;
+                const T* kr = kp + (long long)min(j, key_end - 1) * k_ss;
+#pragma unroll
+                for (int n = 0; n < NVK; ++n) {
+                    const int d0 = (n * LK + lk) * VEC;
+                    attn_load_pack<T, VEC>(kx[u][n], kr, k_sd, d0, (j < key_end) ? dqk : 0, k_vec);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UK; ++u) {
+                const int t = kk + (c0 + u) * KKG;
+                const int j = j0 + t;
+                float s[RB];
+#pragma unroll
+                for (int i = 0; i < RB; ++i) {
+                    float x = 0.0f;
+#pragma unroll
+                    for (int n = 0; n < NVK; ++n)
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e) x += qr[i][n][e] * attn_to_float(kx[u][n].v[e]);
+#pragma unroll
+                    for (int w = LK / 2; w > 0; w /= 2) x += ATTN_SHFL_XOR(x, w);
+                    s[i] = x;
+                }
+                if (lk == 0) {
+#pragma unroll
+                    for (int i = 0; i < RB; ++i) {
+                        const int rr = grp * RB + i;
+                        float x = ATTN_NEG_INF;
+                        if (j < key_end && rr < rows_per_kv) {
+                            const int qi = rr % sq;
+                            if (!causal || (long long)j <= (long long)qi + causal_shift) {
+                                x = s[i];
+                                if (bias) {
+                                    const long long row = ((long long)b * hq + kvh * ratio + rr / sq) * sq + qi;
+                                    x += attn_to_float(bias[row * (long long)sk + j]);
+                                }
+                            }
+                        }
+                        s_s[i][t] = x;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        // (2) running max and sum of each row; probabilities in place of the logits.
+        {
+            const int i = tid / TPR, part = tid % TPR;
+            __shared__ float part_s[NT];
+            float mx = ATTN_NEG_INF;
+            for (int t = part; t < NT; t += TPR) mx = fmaxf(mx, s_s[i][t]);
+            part_s[tid] = mx;
+            __syncthreads();
+            if (part == 0) {
+                float m_blk = ATTN_NEG_INF;
+                for (int t = 0; t < TPR; ++t) m_blk = fmaxf(m_blk, part_s[i * TPR + t]);
+                const float m_old = m_s[i];
+                const float m_new = fmaxf(m_old, m_blk);
+#ifdef ATTN_DEFECT_NO_NEGINF_GUARD
+                const float m_use = m_new;
+#else
+                const float m_use = (m_new == ATTN_NEG_INF) ? 0.0f : m_new;
+#endif
+                alpha_s[i] = expf(m_old - m_use);
+                m_s[i] = m_new;
+                part_s[i * TPR] = m_use;     // read back below as the row's subtrahend
+            }
+            __syncthreads();
+            const float m_use = part_s[i * TPR];
+            float sum = 0.0f;
+            for (int t = part; t < NT; t += TPR) {
+                const float p = expf(s_s[i][t] - m_use);
+                s_s[i][t] = p;
+                sum += p;
+            }
+            __syncthreads();
+            part_s[tid] = sum;
+            __syncthreads();
+            if (part == 0) {
+                float tot = 0.0f;
+                for (int t = 0; t < TPR; ++t) tot += part_s[i * TPR + t];
+                l_s[i] = l_s[i] * alpha_s[i] + tot;
+            }
+        }
+        // (3) P.V for value dims [dg*VEC, dg*VEC + VEC) over keys kg, kg + KG, ...
+        {
+#pragma unroll
+            for (int i = 0; i < RB; ++i) {
+                const float a = alpha_s[i];
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) acc[i][e] *= a;
+            }
+            const int n_keys = min(NT, key_end - j0);
+            const int d0 = dg * VEC;
+            if (d0 < dv) {
+                const bool whole = v_vec && d0 + VEC <= dv;
+#pragma unroll 1
+                for (int c0 = 0; c0 < DG; c0 += UV) {
+                    AttnPack<T, VEC> vx[UV];
+#pragma unroll
+                    for (int u = 0; u < UV; ++u) {
+                        const int t = kg + (c0 + u) * KG;
+                        if (t < n_keys) attn_load_pack<T, VEC>(vx[u], vp + (long long)(j0 + t) * v_ss, v_sd, d0, dv, whole);
+                    }
+#pragma unroll
+                    for (int u = 0; u < UV; ++u) {
+                        const int t = kg + (c0 + u) * KG;
+                        if (t < n_keys) {
+#pragma unroll
+                            for (int i = 0; i < RB; ++i) {
+                                const float p = s_s[i][t];
+#pragma unroll
+                                for (int e = 0; e < VEC; ++e) acc[i][e] += p * attn_to_float(vx[u].v[e]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();   // s_s and alpha_s are rewritten by the next tile
+    }
+
+    // Sum the key groups' accumulators, then the final scaling of this split.
+#pragma unroll
+    for (int i = 0; i < RB; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+            if (dg * VEC + e < DV_B) red_s[kg][i][dg * VEC + e] = acc[i][e];
+    __syncthreads();
+    for (int x = tid; x < RB * DV_B; x += NT) {
+        const int i = x / DV_B, d = x % DV_B;
+        const int rr = grp * RB + i;
+        if (rr >= rows_per_kv || d >= dv) continue;
+        float a = 0.0f;
+        for (int t = 0; t < KG; ++t) a += red_s[t][i][d];
+        const float l = l_s[i];
+#ifdef ATTN_DEFECT_NO_ZERO_SUM_GUARD
+        const bool empty = false;
+#else
+        const bool empty = (l == 0.0f);
+#endif
+        const float val = empty ? 0.0f : a / l;
+        const int h = kvh * ratio + rr / sq, qi = rr % sq;
+        const long long row = ((long long)b * hq + h) * sq + qi;
+        if (write_partials) {
+            o_part[((long long)split * rows + row) * (long long)dv + d] = val;
+            if (d == 0) lse_part[(long long)split * rows + row] = empty ? ATTN_NEG_INF : m_s[i] + logf(l);
+        } else {
+            o[(long long)b * o_sb + (long long)h * o_sh + (long long)qi * o_ss + (long long)d * o_sd] = attn_from_float<T>(val);
+            if (lse && d == 0) lse[row] = empty ? ATTN_NEG_INF : m_s[i] + logf(l);
+        }
+    }
+}
+
 // ---- the combine kernel --------------------------------------------------------------------
+// attn_splitkv_combine<OT, LT, NT>
+//   grid = (g*Hq*Sq, ceil(dv / ATTN_COMBINE_DIMS)), block = NT (a multiple of ATTN_COMBINE_DIMS).
+//   Weights EVERY split by exp(LSE_s - M), no validity mask (M = -FLT_MAX when all LSE_s are
+//   -inf; a zero denominator stores O = 0, LSE = -inf). The weights are computed once per row
+//   into shared memory; thread (d, sg) sums splits sg, sg + NT/DIMS, ... of value dim d, so a
+//   row with many splits is read by many threads at once (decode has few rows, many splits).
+#ifndef ATTN_COMBINE_DIMS
+#define ATTN_COMBINE_DIMS 16
+#endif
+#ifndef ATTN_MAX_SPLITS
+#define ATTN_MAX_SPLITS 1024
+#endif
+
+template <int NT, bool MAX>
+__device__ __forceinline__ float attn_block_reduce(float x, float* t_s) {
+    t_s[threadIdx.x] = x;
+    __syncthreads();
+#pragma unroll
+    for (int w = NT / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) {
+            const float a = t_s[threadIdx.x], b = t_s[threadIdx.x + w];
+            t_s[threadIdx.x] = MAX ? fmaxf(a, b) : a + b;
+        }
+        __syncthreads();
+    }
+    const float r = t_s[0];
+    __syncthreads();
+    return r;
+}
+
 template <typename OT, typename LT, int NT>
 __global__ void __launch_bounds__(NT) attn_splitkv_combine(
     const float* __restrict__ o_part, const float* __restrict__ lse_part,
@@ -268,6 +595,13 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
     long long o_sb, long long o_sh, long long o_ss, long long o_sd,
     int num_splits)
 {
+    constexpr int DIMS = ATTN_COMBINE_DIMS;
+    constexpr int SG = NT / DIMS;
+    static_assert(NT % DIMS == 0 && (NT & (NT - 1)) == 0, "NT: a power of two, a multiple of ATTN_COMBINE_DIMS");
+    __shared__ float w_s[ATTN_MAX_SPLITS];
+    __shared__ float t_s[NT];
+    __shared__ float red_s[SG][DIMS];
+
     const int tid = (int)threadIdx.x;
     const long long row = (long long)blockIdx.x;
     const long long rows = (long long)g * hq * sq;
@@ -277,21 +611,34 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
     const int b = (int)(bh / hq);
 
     // Every split is weighted, valid or not: invalid and empty splits must carry LSE_s = -inf.
-    float M = -ATTN_FLT_MAX;
-    for (int s = 0; s < num_splits; ++s) M = fmaxf(M, lse_part[(long long)s * rows + row]);
-    float den = 0.0f;
-    for (int s = 0; s < num_splits; ++s) den += expf(lse_part[(long long)s * rows + row] - M);
-    // den == 0 only when every split is -inf; a NaN den propagates (a defect must show).
+    // fmaxf ignores a NaN LSE_s, whose weight then makes the output NaN (a defect must show).
+    float mx = -ATTN_FLT_MAX;
+    for (int s = tid; s < num_splits; s += NT) mx = fmaxf(mx, lse_part[(long long)s * rows + row]);
+    const float M = attn_block_reduce<NT, true>(mx, t_s);
+    float part = 0.0f;
+    for (int s = tid; s < num_splits; s += NT) {
+        const float w = expf(lse_part[(long long)s * rows + row] - M);
+        w_s[s] = w;
+        part += w;
+    }
+    const float den = attn_block_reduce<NT, false>(part, t_s);   // also orders the w_s writes
     const bool zero = (den == 0.0f);
 
-    OT* op = o + (long long)b * o_sb + (long long)h * o_sh + (long long)qi * o_ss;
-    for (int d = tid; d < dv; d += NT) {
-        float num = 0.0f;
-        for (int s = 0; s < num_splits; ++s) {
-            const float w = expf(lse_part[(long long)s * rows + row] - M);
-            num += w * o_part[((long long)s * rows + row) * (long long)dv + d];
-        }
-        op[(long long)d * o_sd] = attn_from_float<OT>(zero ? 0.0f : num / den);
+    const int dd = tid % DIMS, sg = tid / DIMS;
+    const int d = (int)blockIdx.y * DIMS + dd;
+    float num = 0.0f;
+    if (d < dv) {
+        const float* op_d = o_part + row * (long long)dv + d;
+#pragma unroll 8
+        for (int s = sg; s < num_splits; s += SG) num += w_s[s] * op_d[(long long)s * rows * dv];
     }
-    if (lse && tid == 0) lse[row] = attn_from_float<LT>(zero ? ATTN_NEG_INF : M + logf(den));
+    red_s[sg][dd] = num;
+    __syncthreads();
+    if (sg == 0 && d < dv) {
+        float tot = 0.0f;
+        for (int t = 0; t < SG; ++t) tot += red_s[t][dd];
+        OT* op = o + (long long)b * o_sb + (long long)h * o_sh + (long long)qi * o_ss;
+        op[(long long)d * o_sd] = attn_from_float<OT>(zero ? 0.0f : tot / den);
+    }
+    if (lse && blockIdx.y == 0 && tid == 0) lse[row] = attn_from_float<LT>(zero ? ATTN_NEG_INF : M + logf(den));
 }

@@ -7,8 +7,9 @@
 //
 // Names the kernels may use: __half, __hip_bfloat16, __half2float, __float2half,
 // __bfloat162float, __float2bfloat16, __int_as_float, threadIdx/blockIdx/blockDim,
-// __syncthreads, __launch_bounds__, expf/logf/fmaxf/fminf. Nothing else of either runtime
-// (no warp shuffles: the warp is 32 lanes on NVIDIA and 64 on most AMD GPUs).
+// __syncthreads, __launch_bounds__, expf/logf/fmaxf/fminf, and ATTN_SHFL_XOR(x, m): x of the
+// lane whose index differs in the bits of m, for m < 32 (so within a 32-lane group on NVIDIA's
+// 32-lane warps and AMD's 64-lane wavefronts alike). Every lane of the block must reach it.
 #ifndef ATTNSWEEP_HIP_COMPAT_H
 #define ATTNSWEEP_HIP_COMPAT_H
 
@@ -16,6 +17,7 @@
 // ---- Host emulation (tests only): plain C++ threads stand in for one thread block. ----
 #include "host_emu.h"
 #define ATTN_PLATFORM_NAME "host-emulation"
+#define ATTN_SHFL_XOR(x, m) attn_emu_shfl_xor((x), (m))
 
 #elif defined(__HIPCC_RTC__) || defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 // ---- ROCm: hiprtc pre-defines the HIP device API; only the number types need headers. ----
@@ -25,6 +27,7 @@
 #include <hip/hip_fp16.h>
 #include <hip/hip_bf16.h>
 #define ATTN_PLATFORM_NAME "hip-amd"
+#define ATTN_SHFL_XOR(x, m) __shfl_xor((x), (m))
 
 #elif defined(__CUDACC_RTC__) || defined(__CUDACC__)
 // ---- NVIDIA: the CUDA spellings of what HIP provides (hip/nvidia_detail/*). ----
@@ -42,6 +45,7 @@ typedef __nv_bfloat16 __hip_bfloat16;  // hip/nvidia_detail/nvidia_hip_bf16.h do
 #define hipBlockIdx_y blockIdx.y
 #define hipBlockDim_x blockDim.x
 #define ATTN_PLATFORM_NAME "hip-nvidia"
+#define ATTN_SHFL_XOR(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
 
 #else
 #error "hip_compat.h: compile with hiprtc/hipcc (ROCm), NVRTC/nvcc (NVIDIA) or -DATTN_HOST_EMULATION"

@@ -26,6 +26,7 @@ using std::min;
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __shared__ static
 
@@ -37,6 +38,16 @@ inline attn_emu_dim3 gridDim{1, 1, 1};
 inline std::barrier<>* attn_emu_barrier = nullptr;
 
 inline void __syncthreads() { attn_emu_barrier->arrive_and_wait(); }
+
+// A warp shuffle through a block-wide exchange: right only where every thread of the block
+// calls it the same number of times, which the kernels guarantee (see hip_compat.h).
+inline float attn_emu_shfl_xor(float x, int m) {
+    static float xchg[1024];
+    __syncthreads();
+    xchg[threadIdx.x] = x;
+    __syncthreads();
+    return xchg[threadIdx.x ^ (unsigned)m];
+}
 
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }

@@ -166,7 +166,7 @@ DEFECT_CASES = {
     "no_neginf_guard": cfg(dtype="f16", causal=True, seq_len_q=4, seq_len_k=200, split_kv=4, return_lse=True),
     "floor_blocks_per_split": cfg(dtype="bf16", seq_len_q=2, seq_len_k=20, split_kv=4, return_lse=True),
     "no_zero_sum_guard": cfg(dtype="f32", seq_len_q=1, seq_len_k=40, current_seq_len=[3], split_kv=8, return_lse=True),
-    "causal_off_by_one": cfg(dtype="i8", causal=True, seq_len_q=5, seq_len_k=50),
+    "causal_off_by_one": cfg(dtype="f16", causal=True, seq_len_q=5, seq_len_k=50),
 }
 
 
@@ -210,6 +210,22 @@ def test_feature_matrix_matches_reference(cuda_backend, c):
     assert cuda_backend.last_alloc.get("o_part", 0) + cuda_backend.last_alloc.get("lse_part", 0) == splitkv_extra_bytes(c)
 
 
+GROUPED_CASES = [c for c in CASES if c.dtype != "i8" and max(c.head_dim_qk, c.head_dim_v) <= 256]
+
+
+@pytest.mark.parametrize("c", GROUPED_CASES, ids=lambda c: f"{c.dtype}-{c.content_hash()[:8]}")
+def test_feature_matrix_on_the_rowwise_path_too(cuda_backend, c):
+    """The configs the grouped path takes by default, forced onto the portable rowwise path."""
+    cuda_backend.kernel_path = "rowwise"
+    try:
+        inputs, prepared, res = _run(cuda_backend, c)
+    finally:
+        cuda_backend.kernel_path = "auto"
+    assert "_grouped" not in prepared.variant
+    fails, _ = check_run(c, inputs, res, prepared.block_n)
+    assert not fails, (c.to_json(), fails)
+
+
 def test_random_configs_match_reference(cuda_backend):
     bad = []
     for c in random_configs(60, seed=1):
@@ -220,8 +236,9 @@ def test_random_configs_match_reference(cuda_backend):
     assert not bad
 
 
+@pytest.mark.parametrize("path", ["auto", "rowwise"])
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
-def test_each_defect_is_caught(defect):
+def test_each_defect_is_caught(defect, path):
     from kernels.cache import KernelCache
 
     try:
@@ -230,6 +247,7 @@ def test_each_defect_is_caught(defect):
         backend = CudaBackend(frozenset({defect}), cache=KernelCache())
     except BackendUnavailable as exc:
         pytest.skip(f"no usable CUDA GPU: {exc}")
+    backend.kernel_path = path
     c = DEFECT_CASES[defect]
     inputs, prepared, res = _run(backend, c)
     assert defect in prepared.variant
@@ -320,7 +338,20 @@ SDPA_CASES = [
 ]
 
 
-@pytest.mark.parametrize("c", SDPA_CASES, ids=lambda c: f"{c.dtype}-{c.content_hash()[:8]}")
+# Decode and prefill shapes of the grouped path (the kernels' fast path) beside the corner cases above.
+SDPA_EXTRA_CASES = [
+    cfg(dtype="f16", g=2, num_heads_q=32, num_heads_kv=8, seq_len_q=1, seq_len_k=4096, head_dim_qk=128,
+        head_dim_v=128, split_kv=8, return_lse=True),
+    cfg(dtype="bf16", g=1, num_heads_q=8, num_heads_kv=1, seq_len_q=1, seq_len_k=8192, head_dim_qk=128,
+        head_dim_v=128, split_kv=64, return_lse=True),
+    cfg(dtype="bf16", g=2, num_heads_q=16, num_heads_kv=4, seq_len_q=4, seq_len_k=2048, head_dim_qk=256,
+        head_dim_v=256, split_kv=4, return_lse=True, current_seq_len=[700, 2047]),
+    cfg(dtype="f16", g=1, num_heads_q=4, num_heads_kv=4, seq_len_q=512, seq_len_k=512, head_dim_qk=64,
+        head_dim_v=64, causal=True),
+]
+
+
+@pytest.mark.parametrize("c", SDPA_CASES + SDPA_EXTRA_CASES, ids=lambda c: f"{c.dtype}-{c.content_hash()[:8]}")
 def test_matches_torch_sdpa(cuda_backend, c):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
+import itertools
 import shutil
 import subprocess
 import tempfile
@@ -67,9 +67,18 @@ def test_variant_name_holds_every_compile_time_parameter():
     v = select_variant(cfg(dtype="bf16", head_dim_qk=80, head_dim_v=300))
     assert v.name == "attn_bf16_qk128_vany_n32_m1_t128"
     assert v.fwd_expr == "attn_splitkv_fwd<__hip_bfloat16, 128, 0, 32, 128>"
-    assert v.combine_expr == "attn_splitkv_combine<__hip_bfloat16, float, 128>"
+    assert v.combine_expr == "attn_splitkv_combine<__hip_bfloat16, float, 256>"
     i8 = select_variant(cfg(dtype="i8"))
-    assert i8.combine_expr == "attn_splitkv_combine<__half, __half, 128>"
+    assert i8.combine_expr == "attn_splitkv_combine<__half, __half, 256>"
+    # f16/bf16/f32 with head dims <= 256 take the grouped path: 4 of the 2 heads x 4 rows per block
+    gr = select_variant(cfg(dtype="f32", head_dim_qk=100, head_dim_v=64))
+    assert gr.name == "attn_f32_qk128_v64_n32_m4_t128_grouped"
+    assert gr.fwd_expr == "attn_splitkv_fwd_grouped<float, 128, 64, 32, 128, 4>"
+    assert select_variant(cfg(seq_len_q=1, num_heads_q=3, num_heads_kv=1)).block_m == 4
+    assert select_variant(cfg(seq_len_q=1, num_heads_q=1)).block_m == 1
+    assert select_variant(cfg(dtype="f32"), path="rowwise").name == "attn_f32_qk32_v32_n32_m1_t128"
+    with pytest.raises(NotApplicable):
+        select_variant(cfg(dtype="i8"), path="grouped")
     assert i8.fwd_expr.startswith("attn_splitkv_fwd<signed char, 32, 32,")
     d = select_variant(cfg(), frozenset({"no_zero_sum_guard", "causal_off_by_one"}))
     assert d.name.endswith("_defect-causal_off_by_one-no_zero_sum_guard")
@@ -79,6 +88,9 @@ def test_variant_name_holds_every_compile_time_parameter():
              for a in (*HEAD_DIM_BUCKETS, 0) for b in (*HEAD_DIM_BUCKETS, 0)
              for df in ((), ("no_neginf_guard",), ("floor_blocks_per_split", "no_neginf_guard"))}
     assert len(names) == 4 * 25 * 3
+    grouped = {Variant(dt, a, b, block_m=m, path="grouped").name for dt in ("f16", "bf16", "f32")
+               for a in HEAD_DIM_BUCKETS for b in HEAD_DIM_BUCKETS for m in (1, 2, 4, 8)}
+    assert len(grouped) == 3 * 16 * 4 and not grouped & names
     for n in names:
         assert all(ch.isalnum() or ch in "_-" for ch in n)
 
@@ -123,7 +135,7 @@ def test_physical_strides_match_numpy():
 
 def test_launch_plans():
     c = cfg(split_kv=4, return_lse=True, trans_q=True, trans_o=True, with_attn_scale=False)
-    v = select_variant(c)
+    v = select_variant(c, path="rowwise")
     buf = {"q": 1, "k": 2, "v": 3, "o": 4, "lse": 5, "o_part": 6, "lse_part": 7}
     f = fwd_launch(c, v, buf)
     assert f.grid == (1 * 2 * 4, 4, 1) and f.block == (128, 1, 1)
@@ -132,7 +144,13 @@ def test_launch_plans():
     assert vals[6] == 6 and vals[7] == 7
     assert len(f.args) == 39
     cl = combine_launch(c, v, buf)
-    assert cl.grid == (8, 1, 1) and [a.value for a in cl.args][:4] == [6, 7, 4, 5]
+    assert cl.grid == (8, 1, 1) and cl.block == (256, 1, 1) and [a.value for a in cl.args][:4] == [6, 7, 4, 5]
+    assert combine_launch(cfg(split_kv=2, return_lse=True, head_dim_v=40), v, buf).grid == (8, 3, 1)   # 16 dims a block
+    # grouped: one block per (batch, kv head, group of 4 of its 2 x 4 rows), per split
+    gv = select_variant(c)
+    assert gv.path == "grouped" and fwd_launch(c, gv, buf).grid == (2, 4, 1)
+    g3 = cfg(g=3, num_heads_q=6, num_heads_kv=2, seq_len_q=3, split_kv=2, return_lse=True)
+    assert fwd_launch(g3, select_variant(g3), buf).grid == (3 * 2 * 3, 2, 1)      # 9 rows -> 3 groups
     one = fwd_launch(cfg(), v, {"q": 1, "k": 2, "v": 3, "o": 4})
     assert [a.value for a in one.args][4:8] == [4, None, None, None]
     params, keep = pack_kernel_params(f.args)
@@ -296,16 +314,28 @@ EMU_CASES = [
     dict(dtype="f16", head_dim_qk=300, head_dim_v=5, seq_len_k=70, split_kv=8, return_lse=True),
     dict(dtype="i8", seq_len_q=1, seq_len_k=33, causal=True, prefix_offset=[0], current_seq_len=[32],
          split_kv=2, return_lse=True),
+    # grouped-path shapes: 9 rows per kv head (two groups), whole 16-byte vectors, bias, prefixes
+    dict(dtype="f16", g=2, seq_len_q=3, num_heads_q=6, num_heads_kv=2, head_dim_qk=64, head_dim_v=64,
+         seq_len_k=300, split_kv=5, causal=True, prefix_offset=[10, 200], with_attn_bias=True, return_lse=True),
+    dict(dtype="bf16", seq_len_q=1, num_heads_q=8, num_heads_kv=1, head_dim_qk=128, head_dim_v=128,
+         seq_len_k=1000, split_kv=16, return_lse=True, current_seq_len=[700]),
+    dict(dtype="f32", seq_len_q=2, num_heads_q=4, num_heads_kv=4, head_dim_qk=256, head_dim_v=36,
+         seq_len_k=150, split_kv=3, return_lse=True, trans_v=True, trans_o=True),
 ]
 
 
 @needs_gxx
+@pytest.mark.parametrize("path", ["auto", "rowwise"])
 @pytest.mark.parametrize("case", EMU_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items())[:80])
-def test_kernel_source_on_host_matches_reference(emu, case):
+def test_kernel_source_on_host_matches_reference(emu, case, path):
     c = cfg(**case)
     tol = {"f32": 1e-5, "f16": 4e-3, "bf16": 3e-2, "i8": 4e-3}[c.dtype]
-    inputs, prepared, out = _emu_run(emu, c)
-    assert prepared.block_n == 32 and prepared.variant == select_variant(c).name
+    emu.kernel_path = path
+    try:
+        inputs, prepared, out = _emu_run(emu, c)
+    finally:
+        emu.kernel_path = "auto"
+    assert prepared.block_n == 32 and prepared.variant == select_variant(c, path=path).name
     _check_against_reference(c, inputs, out, prepared.block_n, tol)
     assert emu.last_alloc.get("o_part", 0) + emu.last_alloc.get("lse_part", 0) == splitkv_extra_bytes(c)
 
@@ -327,10 +357,11 @@ def test_kernel_source_defects_show_their_symptoms(tmp_path):
         # row 0 sees no key at all: O = 0, LSE = -inf
         "causal_off_by_one": (c_causal, "wrong"),
     }
-    for defect, (c, symptom) in expect.items():
+    for (defect, (c, symptom)), path in itertools.product(expect.items(), ("grouped", "rowwise")):
         backend = HostEmuBackend({defect}, cache=cache)
+        backend.kernel_path = path
         inputs, prepared, out = _emu_run(backend, c)
-        assert defect in prepared.variant
+        assert defect in prepared.variant and ("_grouped_" in prepared.variant) == (path == "grouped")
         o_ref, _ = attention_exact(c, inputs)
         if symptom == "nan":
             assert np.isnan(out.out).any(), defect

@@ -1,0 +1,64 @@
+"""The automatic split count (`split_kv=0` in the library): how many splits keep every SM busy.
+
+Split-KV pays for partials and a combine; it is worth it only when the blocks of one split
+leave SMs idle. FlashAttention's `num_splits_heuristic` weighs this by wave efficiency: with
+`units` blocks per split and `slots` blocks the GPU runs at once, s splits fill
+n = units * s / slots waves, and the last wave is n / ceil(n) full. It takes the smallest s
+whose efficiency is within 85% of the best, among split counts that change the keys per split.
+We count slots as SMs x resident blocks per SM (several of our blocks share an SM), and a split
+needs at least one tile of keys (`tile_keys`, the keys a block reads per step).
+"""
+from __future__ import annotations
+
+import math
+
+from attnconfig import AttentionConfig
+
+DEFAULT_MAX_SPLITS = 256
+
+
+def num_splits_heuristic(units: int, slots: int, key_tiles: int, max_splits: int = DEFAULT_MAX_SPLITS) -> int:
+    """FlashAttention's rule over `units` blocks per split, `slots` concurrent blocks, `key_tiles` tiles."""
+    if units >= 0.8 * slots:
+        return 1
+    max_splits = max(1, min(max_splits, slots, key_tiles))
+
+    def ceil_div(a: int, b: int) -> int:
+        return -(-a // b)
+
+    def eligible(s: int) -> bool:
+        return s == 1 or ceil_div(key_tiles, s) != ceil_div(key_tiles, s - 1)
+
+    eff = {}
+    for s in range(1, max_splits + 1):
+        if eligible(s):
+            waves = units * s / slots
+            eff[s] = waves / math.ceil(waves)
+    best = max(eff.values())
+    return next(s for s in sorted(eff) if eff[s] >= 0.85 * best)
+
+
+def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int = 4, tile_keys: int = 128,
+                    max_splits: int = DEFAULT_MAX_SPLITS) -> int:
+    """The split count for `config` on a GPU with `num_sms` SMs (the config's own split_kv is ignored)."""
+    from kernels.variants import select_variant
+
+    v = select_variant(replace_split(config, 1))
+    if v.path == "grouped":
+        units = config.g * config.num_heads_kv * -(-(config.gqa_ratio * config.seq_len_q) // v.block_m)
+    else:
+        units = config.g * config.num_heads_q * config.seq_len_q
+    key_tiles = -(-config.seq_len_k // tile_keys)
+    return num_splits_heuristic(units, num_sms * blocks_per_sm, key_tiles, max_splits)
+
+
+def replace_split(config: AttentionConfig, split_kv: int) -> AttentionConfig:
+    """`config` with another split count (return_lse follows: SPEC requires it above 1)."""
+    return AttentionConfig(**{**config.model_dump(), "split_kv": split_kv,
+                              "return_lse": config.return_lse or split_kv > 1})
+
+
+def with_auto_split(config: AttentionConfig, num_sms: int, **kw) -> AttentionConfig:
+    return replace_split(config, choose_split_kv(config, num_sms, **kw))
+
+
