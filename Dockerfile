@@ -11,7 +11,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/venv/bin:$PATH
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv python3-pip \
+ && apt-get install -y --no-install-recommends python3 python3-venv python3-pip git \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/venv
 
@@ -25,6 +25,8 @@ COPY sweeps/ sweeps/
 COPY store/ store/
 COPY migrations/ migrations/
 COPY workers/ workers/
+COPY kernelsrc/ kernelsrc/
+COPY ci/ ci/
 COPY api/ api/
 COPY cli/ cli/
 RUN pip install ".[${EXTRAS}]"

@@ -10,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from core.settings import Settings
+from store.models import Sweep
 
 bearer = HTTPBearer(auto_error=False, description="a token of ATTNSWEEP_API_TOKENS; writes are open when it is unset")
 
@@ -27,6 +28,14 @@ def get_session(request: Request) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def sweep_or_404(session: Session, sweep_id: int) -> Sweep:
+    """The sweep with this id, or an HTTP 404 that names it."""
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"sweep {sweep_id} not found")
+    return sweep
 
 
 def get_celery(request: Request) -> Celery:

@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
-from attnconfig.outcomes import OUTCOMES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (Alembic migrations).")

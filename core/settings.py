@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +38,21 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=16 << 20, ge=1024)
     max_sweep_configs: int = Field(default=100_000, ge=1)
 
+    # --- CI integration (POST /webhooks/ci, GET /ci/...) -------------------------------------
+    # Where CI sweeps read kernels/src at the pushed commit: a git URL or a local path.
+    kernel_repo: str = ""
+    # Mirrors of a URL kernel_repo (a local path is read in place).
+    kernel_repo_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "repos")
+    # HMAC-SHA256 key of X-Hub-Signature-256; unset means the webhook refuses every delivery.
+    webhook_secret: str = ""
+    ci_samples: int = Field(default=500, ge=1)
+    ci_backend: Literal["auto", "cpu", "cuda", "hip"] = "auto"
+    # One fixed seed, so every commit is swept on the same configs and a pull request's
+    # failures can be compared config by config with its base branch's.
+    ci_seed: int = Field(default=1, ge=0)
+    # Further sweep-request fields of every CI sweep (JSON: dtypes, ranges, max_tokens, ...).
+    ci_spec: dict[str, Any] = Field(default_factory=dict)
+
     @field_validator("database_url")
     @classmethod
     def _known_scheme(cls, v: str) -> str:
@@ -50,6 +66,28 @@ class Settings(BaseSettings):
         bad = [t for t in (t.strip() for t in v.split(",")) if t.lower() in PLACEHOLDER_SECRETS]
         if bad:
             raise ValueError(f"api_tokens: {bad[0]!r} is a placeholder; set a real secret")
+        return v
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _no_placeholder_secret(cls, v: str) -> str:
+        if v.strip().lower() in PLACEHOLDER_SECRETS:
+            raise ValueError(f"webhook_secret: {v!r} is a placeholder; set a real secret")
+        return v
+
+    @field_validator("ci_spec")
+    @classmethod
+    def _ci_spec_is_a_sweep_request(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from sweeps.spec import SweepSpecError, parse_sweep_spec
+
+        own = sorted(set(v) & {"samples", "backend", "seed", "label"})
+        if own:
+            raise ValueError(f"ci_spec: {', '.join(own)} come from their own settings (ATTNSWEEP_CI_SAMPLES, "
+                             "ATTNSWEEP_CI_BACKEND, ATTNSWEEP_CI_SEED) or from the event")
+        try:
+            parse_sweep_spec(v)
+        except SweepSpecError as exc:
+            raise ValueError(f"ci_spec: {exc}") from None
         return v
 
     @property

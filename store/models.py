@@ -33,6 +33,8 @@ class Base(DeclarativeBase):
 
 class Sweep(Base):
     __tablename__ = "sweeps"
+    # The base-branch lookup of a pull request's verdict: newest finished sweep of (repository, ref).
+    __table_args__ = (Index("ix_sweeps_repository_ref", "repository", "ref", "status"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     label: Mapped[str | None] = mapped_column(String(200), index=True)
@@ -53,6 +55,15 @@ class Sweep(Base):
     # Service mode (revision 0002): the broker queue its configs went to, the sweep it re-runs.
     queue: Mapped[str | None] = mapped_column(String(64))
     rerun_of: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), index=True)
+    # CI (revision 0003): what a push or pull request asked to test. source_hash names the
+    # bundle of kernels/src the workers compile; null means the workers' own kernels/src.
+    repository: Mapped[str | None] = mapped_column(String(200))
+    ref: Mapped[str | None] = mapped_column(String(255))
+    commit_sha: Mapped[str | None] = mapped_column(String(64), index=True)
+    event: Mapped[str | None] = mapped_column(String(16))  # "push", "pull_request"; null: not from CI
+    base_ref: Mapped[str | None] = mapped_column(String(255))  # a pull request's target branch
+    pr_number: Mapped[int | None] = mapped_column(Integer)
+    source_hash: Mapped[str | None] = mapped_column(ForeignKey("source_bundles.hash", ondelete="RESTRICT"), index=True)
 
     filter_counts: Mapped[list["FilterCount"]] = relationship(back_populates="sweep", cascade="all, delete-orphan")
 
@@ -182,3 +193,25 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), index=True)
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SourceBundle(Base):
+    """kernels/src at some revision, stored once per content (the key is its KernelSource hash)."""
+
+    __tablename__ = "source_bundles"
+
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    files: Mapped[dict[str, str]] = mapped_column(JSON)  # file name in kernels/src -> text
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class CiDelivery(Base):
+    """A webhook delivery (X-GitHub-Delivery) that started a sweep: a replay starts nothing new."""
+
+    __tablename__ = "ci_deliveries"
+
+    delivery_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    event: Mapped[str] = mapped_column(String(32))
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

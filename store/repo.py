@@ -197,6 +197,12 @@ def finish_if_complete(session: Session, sweep_id: int) -> bool:
     return done.rowcount == 1
 
 
+def sweep_revision(session: Session, sweep_id: int) -> tuple[str | None, str | None]:
+    """(source_hash, commit_sha) of a sweep: the bundle it tests (None: the workers' own kernels/src)."""
+    row = session.execute(select(Sweep.source_hash, Sweep.commit_sha).where(Sweep.id == sweep_id)).first()
+    return (row[0], row[1]) if row is not None else (None, None)
+
+
 def cancel_sweep(session: Session, sweep_id: int) -> int:
     """Mark a queued or running sweep cancelled and its queued configs skipped; returns how many."""
     set_status(session, sweep_id, "cancelled")

@@ -5,6 +5,13 @@ again; our result writes are idempotent, so running twice is safe), reject on wo
 prefetch one task at a time, and a Redis visibility timeout longer than the longest task
 (else Redis hands a running task to a second worker).
 
+CI sweeps go before all others: every task carries a message priority, and kombu's Redis
+transport keeps one list per priority step and pops them in step order, lowest first (on Redis
+0 is the highest priority, the reverse of AMQP). CI tasks are sent with CI_PRIORITY, every
+other sweep's with SWEEP_PRIORITY, so a worker that asks for its next task takes a queued CI
+task before any queued nightly one. Tasks a worker has already reserved (at most its
+concurrency, with a prefetch multiplier of 1) still run first.
+
 `celery -A workers.app ...` (Flower, inspect) finds `app` here; it is built from the settings
 when first asked for, never at import time.
 """
@@ -17,6 +24,9 @@ from celery import Celery
 from core.settings import Settings, get_settings
 
 TASK_RUN_CONFIGS = "attnsweep.run_configs"
+PRIORITY_STEPS = [0, 3, 6, 9]
+CI_PRIORITY = 0      # Redis: the lowest step is popped first
+SWEEP_PRIORITY = 6   # nightly and other API sweeps
 
 
 def queue_kind(backend: str) -> str:
@@ -36,7 +46,8 @@ def create_celery(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=settings.queue_name("cpu"),
         task_time_limit=settings.task_time_limit_s,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s, "priority_steps": PRIORITY_STEPS},
+        task_default_priority=SWEEP_PRIORITY,
         broker_connection_retry_on_startup=True,
         worker_send_task_events=True,  # Flower
         worker_hijack_root_logger=False,

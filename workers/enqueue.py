@@ -14,7 +14,7 @@ from celery import Celery
 
 from attnconfig import AttentionConfig
 from core.settings import Settings
-from workers.app import TASK_RUN_CONFIGS, queue_kind
+from workers.app import SWEEP_PRIORITY, TASK_RUN_CONFIGS, queue_kind
 
 Item = tuple[str, dict[str, Any]]  # (config_hash, config as JSON): what a task carries per config
 
@@ -47,15 +47,18 @@ def batches(configs: Sequence[AttentionConfig] | Sequence[tuple[str, dict[str, A
 
 def enqueue_configs(celery: Celery, settings: Settings, *, sweep_id: int, backend: str,
                     configs: Sequence[AttentionConfig] | Sequence[tuple[str, dict[str, Any], AttentionConfig]],
-                    defects: Sequence[str] = (), err_ratio_gate: float | None = None) -> int:
-    """Publish the configs of a committed sweep to its queue; returns the number of tasks."""
+                    defects: Sequence[str] = (), err_ratio_gate: float | None = None,
+                    priority: int = SWEEP_PRIORITY) -> int:
+    """Publish the configs of a committed sweep to its queue; returns the number of tasks.
+
+    `priority` is the message priority (workers.app: CI_PRIORITY goes before SWEEP_PRIORITY)."""
     queue = settings.queue_name(queue_kind(backend))
     tasks = batches(configs, settings.task_batch_size, defects)
     with celery.producer_or_acquire() as producer:
         for batch in tasks:
             # A short argsrepr (what Flower and the logs show) instead of Celery's repr of every config.
             celery.send_task(TASK_RUN_CONFIGS, args=(sweep_id, batch, backend, sorted(defects), err_ratio_gate),
-                             queue=queue, producer=producer, kwargsrepr="{}",
+                             queue=queue, producer=producer, priority=priority, kwargsrepr="{}",
                              argsrepr=f"(sweep={sweep_id}, configs={len(batch)}, backend={backend!r})")
     return len(tasks)
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
 from api.convert import config_run_public, sweep_public
-from api.deps import CeleryDep, SessionDep, SettingsDep, TelemetryDep, WriteAccess
+from api.deps import CeleryDep, SessionDep, sweep_or_404, SettingsDep, TelemetryDep, WriteAccess
 from api.schemas.common import Message, Problems
 from api.schemas.sweeps import (
     ConfigRunsPublic,
@@ -29,13 +29,6 @@ router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 
 WRITE_ERRORS = {401: {"model": Message}, 403: {"model": Message}, 413: {"model": Problems}, 422: {"model": Problems}}
 NOT_FOUND = {404: {"model": Message}}
-
-
-def _sweep_or_404(session: SessionDep, sweep_id: int) -> Sweep:
-    sweep = session.get(Sweep, sweep_id)
-    if sweep is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"sweep {sweep_id} not found")
-    return sweep
 
 
 def _public(session: SessionDep, sweep: Sweep) -> SweepPublic:
@@ -75,7 +68,7 @@ def read_sweeps(session: SessionDep, status_: Annotated[SweepStatus | None, Quer
 @router.get("/{sweep_id}", response_model=SweepPublic, responses=NOT_FOUND)
 def read_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
     """A sweep with SPEC §8's counts: configs_total, configs_done, outcomes, filtered, ..."""
-    return _public(session, _sweep_or_404(session, sweep_id))
+    return _public(session, sweep_or_404(session, sweep_id))
 
 
 @router.get("/{sweep_id}/results", response_model=ConfigRunsPublic, responses=NOT_FOUND)
@@ -85,7 +78,7 @@ def read_sweep_results(sweep_id: int, session: SessionDep,
                        offset: Annotated[int, Query(ge=0)] = 0,
                        limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> ConfigRunsPublic:
     """Every config of the sweep in sampled order, with its result once run."""
-    _sweep_or_404(session, sweep_id)
+    sweep_or_404(session, sweep_id)
     matches = {}
     if outcome is not None:
         matches["outcome"] = Match(values=(outcome,))
@@ -99,7 +92,7 @@ def read_sweep_results(sweep_id: int, session: SessionDep,
 @router.post("/{sweep_id}/cancel", response_model=SweepPublic, responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS})
 def cancel_sweep(sweep_id: int, session: SessionDep, _writer: WriteAccess) -> SweepPublic:
     """Stop a queued or running sweep: its configs not yet started are skipped by the workers."""
-    sweep = _sweep_or_404(session, sweep_id)
+    sweep = sweep_or_404(session, sweep_id)
     if sweep.status not in repo.ACTIVE_STATUSES:
         raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} is {sweep.status}; only a queued or running sweep can be cancelled")
     repo.cancel_sweep(session, sweep_id)
@@ -114,7 +107,7 @@ def rerun_sweep(sweep_id: int, session: SessionDep, celery: CeleryDep, settings:
                 _writer: WriteAccess, response: Response, body: SweepRerun | None = None) -> SweepAccepted:
     """A new sweep of the same configs (or of its failures only), same backend, gates and defects."""
     body = body or SweepRerun()
-    original = _sweep_or_404(session, sweep_id)
+    original = sweep_or_404(session, sweep_id)
     stored = queries.sweep_configs(session, sweep_id, failures_only=body.failures_only)
     if not stored:
         what = "failures" if body.failures_only else "configs"

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from attnconfig import parse_config
 from attnconfig.outcomes import OUTCOMES

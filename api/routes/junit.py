@@ -1,0 +1,27 @@
+"""GET /sweeps/{id}/junit.xml: a sweep as JUnit XML (ci.junit), for CI systems to display."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from sqlalchemy import select
+
+from api.deps import SessionDep, sweep_or_404
+from api.schemas.common import Message
+from ci import junit
+from ci.status import base_sweep, failing_hashes
+from store.models import ConfigRun
+
+router = APIRouter(tags=["ci"])
+
+
+@router.get("/sweeps/{sweep_id}/junit.xml", response_class=Response,
+            responses={200: {"content": {"application/xml": {}}}, 404: {"model": Message}})
+def read_sweep_junit(sweep_id: int, session: SessionDep) -> Response:
+    """One test case per config; failures and errors carry their metrics, gates and reproducer.
+    In a pull request's report, failures already known on the base branch say so."""
+    sweep = sweep_or_404(session, sweep_id)
+    base = base_sweep(session, sweep)
+    known = failing_hashes(session, base.id) if base is not None else set()
+    runs = session.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id).order_by(ConfigRun.seq)
+                           .execution_options(yield_per=1000))
+    body = junit.render(sweep, runs, known=known, base_sweep_id=base.id if base is not None else None)
+    return Response(body, media_type="application/xml")

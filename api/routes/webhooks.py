@@ -1,0 +1,96 @@
+"""POST /webhooks/ci: GitHub-style push and pull_request events start a sweep of the commit.
+
+The delivery is authenticated by its HMAC signature (X-Hub-Signature-256 under
+ATTNSWEEP_WEBHOOK_SECRET), not by a bearer token: a code host cannot send one. The signature is
+checked over the raw body before anything is parsed, and a delivery that fails it stores nothing.
+"""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Request, Response, status
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import CeleryDep, SessionDep, SettingsDep
+from api.errors import ProblemError
+from api.schemas.ci import CiWebhookReply
+from api.schemas.common import Message, Problems
+from ci.events import CiEvent, EventError, Ignored, parse_event
+from ci.launch import BrokerRefused, start_ci_sweep
+from ci.signature import HEADER, signature_problem
+from core.settings import Settings
+from kernelsrc.git import KernelRepoError
+from sweeps.sampler import SamplingExhausted
+
+router = APIRouter(tags=["ci"])
+
+EVENT_HEADER = "X-GitHub-Event"
+DELIVERY_HEADER = "X-GitHub-Delivery"
+SHA_FIELD = {"push": "after", "pull_request": "pull_request.head.sha"}
+
+
+def _payload(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProblemError([("body", f"not valid JSON: {exc}")]) from None
+
+
+def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, delivery: str) -> CiWebhookReply:
+    try:
+        started = start_ci_sweep(session, celery, settings, event, delivery)
+    except KernelRepoError as exc:
+        session.rollback()
+        if exc.missing:
+            raise ProblemError([(SHA_FIELD[event.event], str(exc))]) from None
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"reading the kernel repository failed: {exc}") from None
+    except SamplingExhausted as exc:
+        session.rollback()
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"ATTNSWEEP_CI_SPEC samples too few configs: {exc}") from None
+    except BrokerRefused as exc:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
+    return CiWebhookReply(
+        status="replayed" if started.replayed else "started", event=event.event, sweep_id=started.sweep_id,
+        commit_sha=event.commit_sha, ref=event.ref, source_hash=started.source_hash, configs_total=started.configs_total,
+        tasks=started.tasks, queue=started.queue, status_url=f"/ci/{event.commit_sha}?event={event.event}",
+        junit_url=f"/sweeps/{started.sweep_id}/junit.xml")
+
+
+@router.post("/webhooks/ci", status_code=status.HTTP_202_ACCEPTED, response_model=CiWebhookReply,
+             responses={200: {"model": CiWebhookReply}, 401: {"model": Problems}, 413: {"model": Problems},
+                        422: {"model": Problems}, 503: {"model": Message}})
+async def receive_ci_event(
+    request: Request, response: Response, session: SessionDep, celery: CeleryDep, settings: SettingsDep,
+    signature: Annotated[str | None, Header(alias=HEADER)] = None,
+    event_name: Annotated[str | None, Header(alias=EVENT_HEADER)] = None,
+    delivery: Annotated[str | None, Header(alias=DELIVERY_HEADER)] = None,
+) -> CiWebhookReply:
+    """A signed push or pull_request event starts a sweep of the commit's kernels (202); a replayed
+    delivery id answers with the sweep it started (200); other events are ignored (200)."""
+    if not settings.webhook_secret:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the CI webhook is off: ATTNSWEEP_WEBHOOK_SECRET is unset")
+    body = await request.body()
+    problem = signature_problem(settings.webhook_secret, body, signature)
+    if problem is not None:
+        raise ProblemError([(HEADER, problem)], status_code=status.HTTP_401_UNAUTHORIZED)
+    if not event_name:
+        raise ProblemError([(EVENT_HEADER, f"{EVENT_HEADER} is missing: it names the event (push, pull_request)")])
+    if event_name == "ping":
+        response.status_code = status.HTTP_200_OK
+        return CiWebhookReply(status="ignored", event="ping", reason="ping: the webhook reaches attnsweep")
+    try:
+        parsed = parse_event(event_name, _payload(body))
+    except EventError as exc:
+        raise ProblemError(exc.problems) from None
+    if isinstance(parsed, Ignored):
+        response.status_code = status.HTTP_200_OK
+        return CiWebhookReply(status="ignored", event=event_name, reason=parsed.reason)
+    if not delivery or len(delivery) > 100:
+        raise ProblemError([(DELIVERY_HEADER, f"{DELIVERY_HEADER} must be a delivery id of 1 to 100 characters "
+                                              "(replays are recognised by it)")])
+    reply = await run_in_threadpool(_start, session, celery, settings, parsed, delivery)
+    if reply.status == "replayed":
+        response.status_code = status.HTTP_200_OK
+    return reply

@@ -1,0 +1,103 @@
+"""CI bodies: the webhook's reply, a commit's state and verdict, the commit list."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.common import Metric
+
+SweepState = Literal["queued", "running", "done", "cancelled", "failed"]
+Verdict = Literal["pending", "pass", "fail", "error"]
+SHA_PATTERN = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$"
+
+
+class CiWebhookReply(BaseModel):
+    """202 `started`: a sweep of the commit is queued. 200 `replayed`: this delivery id started
+    a sweep before, nothing new was started. 200 `ignored`: the event starts no sweep."""
+
+    status: Literal["started", "replayed", "ignored"]
+    reason: str | None = Field(default=None, description="why an event was ignored")
+    event: str | None = None
+    sweep_id: int | None = None
+    commit_sha: str | None = None
+    ref: str | None = None
+    source_hash: str | None = Field(default=None, description="the stored bundle of kernels/src at the commit")
+    configs_total: int | None = None
+    tasks: int | None = Field(default=None, description="tasks published (0 on a replay)")
+    queue: str | None = None
+    status_url: str | None = None
+    junit_url: str | None = None
+
+
+class CiFailure(BaseModel):
+    config_hash: str
+    outcome: str
+    failed_gate: str | None
+    detail: str | None = Field(description="first line of the detail")
+    config: dict[str, Any]
+    metrics: dict[str, Metric]
+    reproducer: str | None
+
+
+class CiStatus(BaseModel):
+    """A commit's CI sweep: its state and verdict (pending, pass, fail, error) and its failures.
+    For a pull request, `new_failures` fail the check and `known_failures` (also failing on the
+    latest finished sweep of the base branch) do not; for a push every failure is new."""
+
+    commit_sha: str
+    repository: str | None
+    ref: str | None
+    event: Literal["push", "pull_request"]
+    base_ref: str | None
+    pr_number: int | None
+    sweep_id: int
+    state: SweepState
+    verdict: Verdict
+    source_hash: str | None
+    configs: int
+    configs_done: int
+    failures: int
+    failure_rate: Metric = Field(description="failures / (configs run - not_applicable); null before any ran")
+    new_failure_count: int
+    known_failure_count: int
+    base_sweep_id: int | None
+    base_commit_sha: str | None
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    new_failures: list[CiFailure]
+    known_failures: list[CiFailure]
+    junit_url: str
+
+
+class CiCommit(BaseModel):
+    """One CI sweep in GET /ci/commits (newest first)."""
+
+    commit_sha: str
+    ref: str | None
+    event: Literal["push", "pull_request"]
+    sweep_id: int
+    state: SweepState
+    verdict: Verdict
+    configs: int
+    failures: int
+    failure_rate: Metric
+    finished_at: datetime | None
+
+
+class _Query(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt parameter is a 422, not ignored
+
+
+class CiStatusQuery(_Query):
+    repository: str | None = Field(default=None, description="owner/name, when several repositories send events")
+    event: Literal["push", "pull_request"] | None = Field(
+        default=None, description="the push or the pull-request sweep of the commit (default: the newest)")
+
+
+class CiCommitsQuery(_Query):
+    repository: str | None = Field(default=None, description="owner/name (default: every repository)")
+    limit: int = Field(default=50, ge=1, le=500)
+    offset: int = Field(default=0, ge=0)

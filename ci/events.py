@@ -1,0 +1,109 @@
+"""The push and pull_request events a CI sweep starts from; every other event is ignored.
+
+Only the fields a sweep needs are read (GitHub's payloads carry many more). Refs are stored in
+full form, `refs/heads/<branch>`, for both events, so a pull request's base branch matches the
+ref of the pushes to that branch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from attnconfig.config import validation_problems
+
+SHA = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$"
+ZERO_SHA = "0" * 40
+SWEPT_ACTIONS = ("opened", "synchronize", "reopened")
+BRANCH_PREFIX = "refs/heads/"
+
+
+class EventError(ValueError):
+    """The payload of a push or pull_request lacks a field a sweep needs; `problems` are (field, rule)."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{f}: {r}" for f, r in problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Repository(_Model):
+    full_name: str = Field(min_length=1, max_length=200)
+
+
+class _Push(_Model):
+    ref: str = Field(min_length=1, max_length=255)
+    after: str = Field(pattern=SHA)
+    deleted: bool = False
+    repository: _Repository
+
+
+class _Side(_Model):
+    ref: str = Field(min_length=1, max_length=200)
+    sha: str = Field(pattern=SHA)
+
+
+class _PullRequest(_Model):
+    head: _Side
+    base: _Side
+
+
+class _PullRequestEvent(_Model):
+    action: str
+    number: int = Field(ge=1)
+    pull_request: _PullRequest
+    repository: _Repository
+
+
+@dataclass(frozen=True)
+class CiEvent:
+    """What a sweep of a commit is labelled with."""
+
+    event: Literal["push", "pull_request"]
+    repository: str
+    ref: str
+    commit_sha: str
+    base_ref: str | None = None
+    pr_number: int | None = None
+
+
+@dataclass(frozen=True)
+class Ignored:
+    reason: str
+
+
+def _branch(ref: str) -> str:
+    return ref if ref.startswith("refs/") else BRANCH_PREFIX + ref
+
+
+def _validate(model: type[_Model], payload: Any) -> Any:
+    if not isinstance(payload, dict):
+        raise EventError([("body", "the payload must be a JSON object")])
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise EventError(validation_problems(exc)) from None
+
+
+def parse_event(name: str, payload: Any) -> CiEvent | Ignored:
+    """The sweep an event asks for, or why it asks for none. Raises EventError on a bad payload."""
+    if name == "push":
+        if isinstance(payload, dict) and (payload.get("deleted") or payload.get("after") == ZERO_SHA):
+            return Ignored("push deletes a branch: nothing to sweep")
+        push = _validate(_Push, payload)
+        if not push.ref.startswith(BRANCH_PREFIX):
+            return Ignored(f"push to {push.ref}: only branch pushes are swept")
+        return CiEvent("push", push.repository.full_name, push.ref, push.after)
+    if name == "pull_request":
+        action = payload.get("action") if isinstance(payload, dict) else None
+        if isinstance(action, str) and action not in SWEPT_ACTIONS:
+            return Ignored(f"pull_request action {action!r}: only {', '.join(SWEPT_ACTIONS)} are swept")
+        pr = _validate(_PullRequestEvent, payload)
+        head = pr.pull_request.head
+        return CiEvent("pull_request", pr.repository.full_name, _branch(head.ref), head.sha,
+                       base_ref=_branch(pr.pull_request.base.ref), pr_number=pr.number)
+    return Ignored(f"event {name!r} is not swept (push and pull_request are)")

@@ -1,0 +1,96 @@
+"""A commit's CI state read from the store: its sweep, the base sweep, the verdict and failures."""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from attnconfig.outcomes import FAILING_OUTCOMES, METRIC_KEYS
+from ci.verdict import judge
+from store import repo
+from store.models import ConfigRun, Sweep
+
+
+def sweep_for_commit(session: Session, commit_sha: str, repository: str | None = None,
+                     event: str | None = None) -> Sweep | None:
+    """The newest CI sweep of a commit (a push and a pull request may both have swept it)."""
+    q = select(Sweep).where(Sweep.commit_sha == commit_sha, Sweep.event.is_not(None))
+    if repository is not None:
+        q = q.where(Sweep.repository == repository)
+    if event is not None:
+        q = q.where(Sweep.event == event)
+    return session.scalars(q.order_by(Sweep.id.desc()).limit(1)).first()
+
+
+def base_sweep(session: Session, sweep: Sweep) -> Sweep | None:
+    """The latest finished push sweep of a pull request's base branch in the same repository."""
+    if sweep.event != "pull_request" or not sweep.base_ref:
+        return None
+    q = (select(Sweep)
+         .where(Sweep.repository == sweep.repository, Sweep.ref == sweep.base_ref, Sweep.status == "done",
+                Sweep.event == "push", Sweep.id != sweep.id)
+         .order_by(Sweep.finished_at.desc(), Sweep.id.desc()).limit(1))
+    return session.scalars(q).first()
+
+
+def failing_runs(session: Session, sweep_id: int) -> list[ConfigRun]:
+    return list(session.scalars(
+        select(ConfigRun).where(ConfigRun.sweep_id == sweep_id, ConfigRun.state == "done",
+                                ConfigRun.outcome.in_(FAILING_OUTCOMES)).order_by(ConfigRun.seq)))
+
+
+def failing_hashes(session: Session, sweep_id: int) -> set[str]:
+    return set(session.scalars(
+        select(ConfigRun.config_hash).where(ConfigRun.sweep_id == sweep_id, ConfigRun.state == "done",
+                                            ConfigRun.outcome.in_(FAILING_OUTCOMES))))
+
+
+def failure_public(run: ConfigRun) -> dict[str, Any]:
+    return {
+        "config_hash": run.config_hash, "outcome": run.outcome, "failed_gate": run.failed_gate,
+        "detail": (run.detail or "").splitlines()[0][:500] if run.detail else None, "config": run.config,
+        "metrics": {k: getattr(run, k) for k in METRIC_KEYS if getattr(run, k) is not None},
+        "reproducer": run.reproducer,
+    }
+
+
+def commit_status(session: Session, sweep: Sweep, with_failures: bool = True) -> dict[str, Any]:
+    """State, verdict and counts of a CI sweep; with the failures, new and known, when asked."""
+    counts = repo.sweep_counts(session, sweep.id)
+    runs = failing_runs(session, sweep.id) if with_failures else None
+    failing = [r.config_hash for r in runs] if runs is not None else sorted(failing_hashes(session, sweep.id))
+    base = base_sweep(session, sweep)
+    base_failing = failing_hashes(session, base.id) if base is not None else None
+    judgement = judge(sweep.status, sweep.event, failing, base_failing)
+    applicable = counts["configs_done"] - counts["outcomes"]["not_applicable"]
+    out: dict[str, Any] = {
+        "commit_sha": sweep.commit_sha, "repository": sweep.repository, "ref": sweep.ref, "event": sweep.event,
+        "base_ref": sweep.base_ref, "pr_number": sweep.pr_number, "sweep_id": sweep.id, "state": sweep.status,
+        "verdict": judgement.verdict, "source_hash": sweep.source_hash, "configs": counts["configs_total"],
+        "configs_done": counts["configs_done"], "failures": len(failing),
+        "failure_rate": len(failing) / applicable if applicable else None,
+        "new_failure_count": len(judgement.new), "known_failure_count": len(judgement.known),
+        "base_sweep_id": base.id if base is not None else None,
+        "base_commit_sha": base.commit_sha if base is not None else None,
+        "error": sweep.error, "created_at": sweep.created_at, "finished_at": sweep.finished_at,
+    }
+    if runs is not None:
+        by_hash = {r.config_hash: r for r in runs}
+        out["new_failures"] = [failure_public(by_hash[h]) for h in judgement.new]
+        out["known_failures"] = [failure_public(by_hash[h]) for h in judgement.known]
+    return out
+
+
+def ci_sweeps(session: Session, repository: str | None, limit: int, offset: int) -> list[Sweep]:
+    """CI sweeps, newest first."""
+    q = select(Sweep).where(Sweep.event.is_not(None))
+    if repository is not None:
+        q = q.where(Sweep.repository == repository)
+    return list(session.scalars(q.order_by(Sweep.id.desc()).offset(offset).limit(limit)))
+
+
+def known_hashes(session: Session, sweep: Sweep) -> set[str]:
+    """Failures of the sweep's base branch (empty unless a pull request with a finished base)."""
+    base = base_sweep(session, sweep)
+    return failing_hashes(session, base.id) if base is not None else set()

@@ -1,0 +1,41 @@
+"""The verdict of a CI sweep, from its failures and (for a pull request) its base branch's.
+
+- Not finished (queued, running): `pending`. Failed or cancelled: `error` (the sweep, not the
+  kernels, went wrong; its `error` says why).
+- A push: `fail` when any config failed (fail, nan, error, timeout, oom), else `pass`.
+- A pull request: its failures are compared, config by config (the config's content hash), with
+  those of the latest finished sweep of the base branch. A failure the base also had is *known*:
+  listed, but it does not fail the check. Any other failure is *new* and fails it, including a
+  failure of a config the base sweep did not run; with no finished base sweep every failure
+  is new. CI sweeps share one seed (ATTNSWEEP_CI_SEED), so both sweeps run the same configs
+  as long as the settings and the split-KV budget did not change between them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Literal, Sequence
+
+Verdict = Literal["pending", "pass", "fail", "error"]
+FINISHED = "done"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    new: tuple[str, ...]     # config hashes of failures that fail the check
+    known: tuple[str, ...]   # config hashes of failures the base branch already had
+
+
+def judge(status: str, event: str | None, failing: Sequence[str], base_failing: Collection[str] | None) -> Judgement:
+    """`failing`: config hashes of the sweep's failures; `base_failing`: the base sweep's (None: no base)."""
+    if status in ("queued", "running"):
+        return Judgement("pending", (), ())
+    if status != FINISHED:
+        return Judgement("error", (), ())
+    if event == "pull_request" and base_failing is not None:
+        base = set(base_failing)
+        known = tuple(h for h in failing if h in base)
+        new = tuple(h for h in failing if h not in base)
+    else:
+        new, known = tuple(failing), ()
+    return Judgement("fail" if new else "pass", new, known)

@@ -1,0 +1,87 @@
+"""Test helpers: a kernel repository in a temporary folder, and signed GitHub-style deliveries."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from ci.signature import sign
+
+ROOT = Path(__file__).resolve().parents[3]
+DEFECT_LINE = "#define ATTN_DEFECT_{} 1  // the defect switch, turned on in the source\n"
+
+
+class KernelRepo:
+    """A git repository holding kernels/ copied from this checkout; commit() edits and commits."""
+
+    def __init__(self, path: Path, full: bool = False):
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.git("init", "--quiet", "--initial-branch=main")
+        src = ROOT / "kernels"
+        if full:
+            shutil.copytree(src, path / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copytree(src / "src", path / "kernels" / "src")
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=ci test", "-c", "user.email=ci@test", *args], cwd=self.path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    @property
+    def entry(self) -> Path:
+        return self.path / "kernels" / "src" / "attention.hip"
+
+    def commit(self, message: str, edit: Callable[[str], str] | None = None, branch: str | None = None) -> str:
+        if branch is not None:
+            self.git("checkout", "--quiet", "-B", branch)
+        if edit is not None:
+            self.entry.write_text(edit(self.entry.read_text()))
+        self.git("add", "-A")
+        self.git("commit", "--quiet", "--allow-empty", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+    def show(self, sha: str, path: str) -> str:
+        return self.git("show", f"{sha}:{path}") + "\n"
+
+
+def with_defects(*names: str) -> Callable[[str], str]:
+    """An edit that turns defect switches on: #define lines after the file's header comment."""
+
+    def edit(text: str) -> str:
+        head, sep, rest = text.partition('#include "hip_compat.h"')
+        return head + "".join(DEFECT_LINE.format(n.upper()) for n in names) + sep + rest
+
+    return edit
+
+
+def without_defects(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#define ATTN_DEFECT_"))
+
+
+def push_payload(repository: str, branch: str, sha: str) -> dict[str, Any]:
+    return {"ref": f"refs/heads/{branch}", "before": "0" * 40, "after": sha, "deleted": False,
+            "repository": {"full_name": repository, "clone_url": f"https://example.invalid/{repository}.git"}}
+
+
+def pr_payload(repository: str, number: int, head_branch: str, head_sha: str, base_branch: str, base_sha: str,
+               action: str = "synchronize") -> dict[str, Any]:
+    return {"action": action, "number": number, "repository": {"full_name": repository},
+            "pull_request": {"number": number, "head": {"ref": head_branch, "sha": head_sha},
+                             "base": {"ref": base_branch, "sha": base_sha}}}
+
+
+def deliver(client: Any, secret: str | None, event: str, payload: Any, delivery: str | None = None,
+            signature: str | None = None) -> Any:
+    """POST /webhooks/ci the way GitHub does: raw JSON body, HMAC header, event and delivery headers."""
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    headers = {"content-type": "application/json", "X-GitHub-Event": event,
+               "X-GitHub-Delivery": delivery if delivery is not None else str(uuid.uuid4())}
+    if signature is not None:
+        headers["X-Hub-Signature-256"] = signature
+    elif secret is not None:
+        headers["X-Hub-Signature-256"] = sign(secret, body)
+    return client.post("/webhooks/ci", content=body, headers=headers)
