@@ -7,7 +7,8 @@ from importlib import metadata
 from fastapi import FastAPI
 
 from api.errors import BodyLimit, SafeJSONResponse, install_error_handlers
-from api.routes import failures, health, metrics, sweeps, workers
+from api import dashboard
+from api.routes import ci, failures, health, metrics, sweeps, webhooks, workers
 from api.telemetry import Telemetry
 from core.settings import Settings, get_settings
 from store.db import session_factory
@@ -42,6 +43,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.middleware("http")(app.state.telemetry.middleware)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    for module in (sweeps, failures, workers, health, metrics):
+    for module in (sweeps, failures, workers, health, metrics, webhooks, ci, dashboard):
         app.include_router(module.router)
     return app

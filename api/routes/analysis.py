@@ -1,0 +1,81 @@
+"""One sweep's analysis: failure rates over one or two fields, its failures with the gate each broke.
+
+These are the endpoints the dashboard's sweep page reads (api/dashboard); external dashboards
+read the same ones.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.convert import config_run_public
+from api.deps import SessionDep, sweep_or_404
+from api.errors import ProblemError
+from api.filters import parse_sort, result_filter
+from api.schemas.analysis import (
+    FailureRates,
+    FailureRatesQuery,
+    FailureRow,
+    FailureRowsPublic,
+    SweepFailuresQuery,
+    gate_check,
+    rate_cell,
+)
+from api.schemas.common import Message, Problems
+from store import analysis, queries
+from store.queries import Match, ResultFilter
+
+router = APIRouter(prefix="/sweeps", tags=["analysis"])
+ERRORS = {404: {"model": Message}, 422: {"model": Problems}}
+
+
+def _in_sweep(flt: ResultFilter, sweep_id: int) -> ResultFilter:
+    return ResultFilter(matches={**flt.matches, "sweep_id": Match(values=(sweep_id,))}, label=flt.label,
+                        since=flt.since, until=flt.until)
+
+
+def _parse_by(given: list[str]) -> list[str]:
+    by = [b.strip() for part in given for b in part.split(",") if b.strip()]
+    if not 1 <= len(by) <= 2:
+        raise ProblemError([("by", f"by={','.join(given)!r}: give one or two fields")])
+    for name in by:
+        if name not in analysis.RATE_FIELDS:
+            raise ProblemError([("by", f"by={name!r}: must be one of {', '.join(analysis.RATE_FIELDS)}")])
+    if len(set(by)) != len(by):
+        raise ProblemError([("by", f"by={','.join(by)!r}: the two fields must differ")])
+    return by
+
+
+@router.get("/{sweep_id}/failure-rates", response_model=FailureRates, responses=ERRORS)
+def read_failure_rates(sweep_id: int, query: Annotated[FailureRatesQuery, Query()], session: SessionDep) -> FailureRates:  # type: ignore[valid-type]
+    """Failure rates of the sweep's finished configs per value of one or two fields (a heatmap).
+
+    Size fields also come bucketed by powers of two: `seq_len_k_bucket`, `head_dim_qk_bucket`, ...
+    Every filter of GET /failures/summary applies. Each cell names the query parameters that
+    select its configs (`filter`), e.g. `{"dtype": "bf16", "seq_len_k": "256:511"}`.
+    """
+    sweep_or_404(session, sweep_id)
+    by = _parse_by(query.by)
+    groups = analysis.failure_rates(session, by, _in_sweep(result_filter(query, failures_only=False), sweep_id))
+    runs = sum(g["runs"] for g in groups)
+    failures = sum(g["failures"] for g in groups)
+    applicable = runs - sum(g["outcomes"]["not_applicable"] for g in groups)
+    axes = {name: list(dict.fromkeys(g["key"][name] for g in sorted(groups, key=lambda g: (g["key"][name] is None, g["key"][name]))))
+            for name in by}
+    return FailureRates(sweep_id=sweep_id, by=by, axes=axes, runs=runs, failures=failures,
+                        failure_rate=failures / applicable if applicable else None, cells=[rate_cell(g) for g in groups])
+
+
+@router.get("/{sweep_id}/failures", response_model=FailureRowsPublic, responses=ERRORS)
+def read_sweep_failures(sweep_id: int, query: Annotated[SweepFailuresQuery, Query()], session: SessionDep) -> FailureRowsPublic:  # type: ignore[valid-type]
+    """The sweep's failures (fail, nan, error, timeout, oom), filtered, sorted and paged as GET
+    /failures; each with `check`: the metric that decided it against its bound, and why that bound."""
+    sweep_or_404(session, sweep_id)
+    flt = _in_sweep(result_filter(query, failures_only=True), sweep_id)
+    page = queries.failures(session, flt, sort=parse_sort(query.sort), offset=query.offset, limit=query.limit, with_count=True)
+    rows = []
+    for run, label in page.rows:
+        public = config_run_public(run, label)
+        rows.append(FailureRow(**public.model_dump(), check=gate_check(public)))
+    return FailureRowsPublic(data=rows, count=page.count or 0, has_more=page.has_more)
