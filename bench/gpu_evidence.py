@@ -54,8 +54,10 @@ def attnsweep_run(out: Path, name: str, *args: str) -> dict:
     rep = json.loads(report.read_text())
     rep["elapsed_s"] = time.perf_counter() - t0
     export_metrics(db, out / f"metrics-{name}.csv.gz")
-    db.unlink()          # the CSV keeps what the evidence needs; the run's files come back small
-    report.unlink()
+    # The CSV keeps what the evidence needs; the device tool returns 8 files at most, so the
+    # database goes, with SQLite's -wal and -shm files.
+    for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"), report):
+        p.unlink(missing_ok=True)
     return rep
 
 

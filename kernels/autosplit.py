@@ -4,7 +4,15 @@ Split-KV pays for partials and a combine; it is worth it only when the blocks of
 leave SMs idle. FlashAttention's `num_splits_heuristic` weighs this by wave efficiency: with
 `units` blocks per split and `slots` blocks the GPU runs at once, s splits fill
 n = units * s / slots waves, and the last wave is n / ceil(n) full. It takes the smallest s
-whose efficiency is within 85% of the best, among split counts that change the keys per split.
+whose efficiency is within a share of the best (85%), among split counts that change the keys
+per split. Two changes, both from the H200 (bench/kernels.py, 2026-12-04; docs/decisions.md):
+- the efficiency also counts the last split's part-empty tile: a block's time is its split's
+  ceil(key_tiles / s) tiles, so efficiency = ideal / (ceil(n) * ceil(key_tiles / s)) with
+  ideal = units * key_tiles / slots. Without it, 61 splits of 1024 tiles (17 tiles each) rate
+  as well as 64 (16 each), 6% slower.
+- the share is 95%: FlashAttention's compute-bound blocks lose little in a part-empty wave, our
+  latency-bound decode blocks do. 85% picked 7 splits for (8,32,8,32768,128) where 8 ran 13%
+  faster.
 We count slots as SMs x resident blocks per SM (several of our blocks share an SM), and a split
 needs at least one tile of keys (`tile_keys`, the keys a block reads per step).
 """
@@ -15,10 +23,13 @@ import math
 from attnconfig import AttentionConfig
 
 DEFAULT_MAX_SPLITS = 256
+EFFICIENCY_SHARE = 0.95
 
 
-def num_splits_heuristic(units: int, slots: int, key_tiles: int, max_splits: int = DEFAULT_MAX_SPLITS) -> int:
-    """FlashAttention's rule over `units` blocks per split, `slots` concurrent blocks, `key_tiles` tiles."""
+def num_splits_heuristic(units: int, slots: int, key_tiles: int, max_splits: int = DEFAULT_MAX_SPLITS,
+                         share: float = EFFICIENCY_SHARE, count_tiles: bool = True) -> int:
+    """The split count for `units` blocks per split, `slots` concurrent blocks and `key_tiles`
+    tiles of keys. share=0.85, count_tiles=False is FlashAttention's rule as it stands."""
     if units >= 0.8 * slots:
         return 1
     max_splits = max(1, min(max_splits, slots, key_tiles))
@@ -29,13 +40,15 @@ def num_splits_heuristic(units: int, slots: int, key_tiles: int, max_splits: int
     def eligible(s: int) -> bool:
         return s == 1 or ceil_div(key_tiles, s) != ceil_div(key_tiles, s - 1)
 
-    eff = {}
-    for s in range(1, max_splits + 1):
-        if eligible(s):
-            waves = units * s / slots
-            eff[s] = waves / math.ceil(waves)
+    def efficiency(s: int) -> float:
+        waves = units * s / slots
+        if not count_tiles:
+            return waves / math.ceil(waves)
+        return (units * key_tiles / slots) / (math.ceil(waves) * ceil_div(key_tiles, s))
+
+    eff = {s: efficiency(s) for s in range(1, max_splits + 1) if eligible(s)}
     best = max(eff.values())
-    return next(s for s in sorted(eff) if eff[s] >= 0.85 * best)
+    return next(s for s in sorted(eff) if eff[s] >= share * best)
 
 
 def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int = 4, tile_keys: int = 128,

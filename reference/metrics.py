@@ -18,7 +18,7 @@ from attnconfig.outcomes import METRIC_KEYS
 from reference.inputs import as_config
 from reference.splitkv import RowScales
 
-TINY = np.finfo(np.float64).tiny
+TINY = float(np.finfo(np.float64).tiny)  # a Python float: x / TINY overflows to inf without a warning
 REL_FLOOR = 1e-8  # rel_diff = abs_diff / max(|ref|, 1e-8)
 _BLOCK_ELEMENTS = 1 << 20
 
