@@ -70,8 +70,9 @@ def run(
     range_: list[str] = RANGES,
     db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"),
     report_json: Optional[Path] = typer.Option(None, "--report-json", help="write the sweep report (SPEC §8 keys) here"),
-    jobs: int = typer.Option(1, "--jobs", min=1, help="local worker processes (embedded mode)"),
+    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="local worker processes (embedded mode; default 1, with --gpus one per entry), dealt round-robin over --gpus"),
     defect: list[str] = typer.Option([], "--defect", help="compile a known bug into the kernels (proof that sweeps catch it)"),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="all, or GPU indices like 0,1: spread the sweep over these GPUs, each process pinned to one (repeats share a GPU)"),
 ) -> None:
     """Sample, prefilter, run and verify a sweep in this process; store every result."""
     from cli.report import print_summary, sweep_report
@@ -93,6 +94,19 @@ def run(
     except (BackendUnavailable, ValueError) as exc:
         fail(f"backend: {exc}")
     info = be.device_info()
+    gpu_list: list[int] = []
+    if gpus is not None:
+        from kernels.devices import resolve_gpus
+
+        try:
+            gpu_list = resolve_gpus(gpus, be.device_count())
+        except ValueError as exc:
+            be.close()
+            fail(f"{exc} (backend {info.backend})")
+    jobs = jobs or max(1, len(gpu_list))
+    if jobs < len(gpu_list):
+        be.close()
+        fail(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpu_list)})")
     url = _database_url(db)
     upgrade(url)
     t0 = time.perf_counter()
@@ -101,14 +115,16 @@ def run(
             sweep_id, _ = plan_sweep(s, spec, device_total_memory=info.total_memory, device=info.device)
     except SamplingExhausted as exc:
         fail(str(exc))
-    console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}, backend {info.backend} on {info.device}", highlight=False)
+    console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}, backend {info.backend} on {info.device}"
+                  + (f", GPUs {','.join(map(str, gpu_list))}, {jobs} processes" if gpu_list else ""), highlight=False)
     with session_scope(url) as s:
         from store.repo import sweep_counts
 
         total = sweep_counts(s, sweep_id)["configs_total"]
     be.close()
     with progress_bar(console, total, "configs") as advance:
-        execute_sweep(url, sweep_id, info.backend, defects=defects, jobs=jobs, on_result=lambda r: advance(r.outcome))
+        execute_sweep(url, sweep_id, info.backend, defects=defects, jobs=jobs, on_result=lambda r: advance(r.outcome),
+                      gpus=gpu_list)
     wall = time.perf_counter() - t0
     report = sweep_report(url, sweep_id, wall)
     print_summary(Console(), url, sweep_id, report)

@@ -22,7 +22,9 @@ def sweep_report(url: str, sweep_id: int, wall_s: float) -> dict[str, Any]:
             "label": sweep.label,
             "backend": _backend_of(s, sweep_id, sweep.backend),
             "device": sweep.device,
+            "configs_total": counts["configs_total"],
             "configs_run": counts["configs_done"],
+            "workers": repo.results_by_worker(s, sweep_id),
             "outcomes": counts["outcomes"],
             "not_applicable_reasons": counts["not_applicable_reasons"],
             "filtered": counts["filtered"],
@@ -62,4 +64,6 @@ def print_summary(console: Console, url: str, sweep_id: int, report: dict[str, A
     console.print(filt)
     if report["not_applicable_reasons"]:
         console.print(f"not applicable: {report['not_applicable_reasons']}", highlight=False)
+    if len(report["workers"]) > 1:
+        console.print("stored per worker: " + ", ".join(f"{w} {n}" for w, n in report["workers"].items()), highlight=False)
     console.print(f"{report['configs_run']} configs in {report['wall_s']:.1f} s: {report['configs_per_s']:.2f} configs/s", highlight=False)

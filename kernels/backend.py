@@ -119,5 +119,9 @@ class Backend(abc.ABC):
         Output buffers are filled with NaN before the launch, so a kernel that writes nothing
         fails. Raises LaunchError or DeviceOutOfMemory."""
 
+    def device_count(self) -> int:
+        """GPUs this backend's runtime sees (after CUDA_/HIP_VISIBLE_DEVICES); 0: it runs on none."""
+        return 0
+
     def close(self) -> None:
         """Release device resources (contexts, modules). Safe to call twice."""

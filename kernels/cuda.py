@@ -125,6 +125,9 @@ class CudaBackend(DeviceBackend):
         major, minor = self._nvcheck(self._nvrtc.nvrtcVersion(), "nvrtcVersion")
         return f"nvrtc {major}.{minor}"
 
+    def device_count(self) -> int:
+        return int(self._check(self._driver.cuDeviceGetCount(), "cuDeviceGetCount"))
+
     def device_info(self) -> DeviceInfo:
         d = self._driver
         name = self._check(d.cuDeviceGetName(256, self._dev), "cuDeviceGetName")

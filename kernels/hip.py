@@ -89,6 +89,9 @@ class HipBackend(DeviceBackend):
         major, minor = self._rtccheck(self._rtc.hiprtcVersion(), "hiprtcVersion")
         return f"hiprtc {major}.{minor}"
 
+    def device_count(self) -> int:
+        return int(self._check(self._hip.hipGetDeviceCount(), "hipGetDeviceCount"))
+
     def device_info(self) -> DeviceInfo:
         drv = self._check(self._hip.hipDriverGetVersion(), "hipDriverGetVersion")
         return DeviceInfo(backend="hip", device=self._device_name, total_memory=self._total_mem,

@@ -139,6 +139,13 @@ def sweep_counts(session: Session, sweep_id: int) -> dict[str, Any]:
     }
 
 
+def results_by_worker(session: Session, sweep_id: int) -> dict[str, int]:
+    """Finished configs of a sweep per worker that stored them (per GPU for `run --gpus`)."""
+    rows = session.execute(select(ConfigRun.worker, func.count())
+                           .where(ConfigRun.sweep_id == sweep_id, ConfigRun.state == "done").group_by(ConfigRun.worker))
+    return {worker or "?": n for worker, n in sorted(rows, key=lambda r: r[0] or "")}
+
+
 def outcomes_by_dtype(session: Session, sweep_id: int) -> dict[str, dict[str, int]]:
     table: dict[str, dict[str, int]] = {}
     for dtype, outcome, n in session.execute(

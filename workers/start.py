@@ -8,12 +8,12 @@ processes.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 
 from celery.signals import worker_ready, worker_shutdown
 
 from core.settings import Settings
+from kernels.devices import pin_gpu
 from workers.app import create_celery
 from workers.registry import Heartbeat, probe_device, registration
 
@@ -22,13 +22,6 @@ log = logging.getLogger(__name__)
 
 class WorkerStartError(RuntimeError):
     """The worker cannot serve its queue here (no GPU for the gpu queue, say)."""
-
-
-def pin_gpu(gpu: int | None) -> None:
-    if gpu is None:
-        return
-    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-        os.environ[var] = str(gpu)
 
 
 def worker_argv(queue: str, concurrency: int, name: str, loglevel: str) -> list[str]:

@@ -33,7 +33,8 @@ def _run_and_check(url: str, tmp_path) -> dict:
                            "not_applicable_reasons", "filtered", "wall_s", "configs_per_s"}
     assert report["seed"] == 11 and report["label"] == "e2e" and report["backend"] == "cpu"
     assert "emulation" in report["device"]
-    assert report["configs_run"] == 12
+    assert report["configs_run"] == report["configs_total"] == 12
+    assert report["workers"] == {"embedded": 12}
     assert set(report["outcomes"]) == set(OUTCOMES)
     assert sum(report["outcomes"].values()) == 12
     bad = {k: v for k, v in report["outcomes"].items() if k not in ("pass",) and v}
@@ -79,6 +80,7 @@ def test_sample_json_is_deterministic_and_matches_run_sampling():
         (["run", "--range", "g=9:1", "--backend", "cpu"], "g"),
         (["run", "--range", "colour=1:2", "--backend", "cpu"], "colour"),
         (["run", "--backend", "tpu"], "backend"),
+        (["run", "--gpus", "all", "--backend", "cpu"], "--gpus 'all': no GPU is visible"),
         (["verify", "--config", '{"dtype": "f16"}'], "g: "),
         (["verify", "--config", "{nope"], "not valid JSON"),
     ],

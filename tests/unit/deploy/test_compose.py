@@ -115,9 +115,13 @@ def test_gpu_worker_reserves_the_gpu_it_pins_and_the_cpu_worker_none(compose):
     gpu = compose["services"]["worker-gpu"]
     command = gpu["command"]
     assert command[:4] == ["attnsweep", "worker", "--queue", "gpu"]
-    pinned = command[command.index("--gpu") + 1]
+    # The container sees only the GPU it reserves, as its device 0: the worker pins index 0
+    # and is named after the host's GPU it reserved.
+    assert command[command.index("--gpu") + 1] == "0"
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
-    assert devices == [{"driver": "nvidia", "device_ids": [pinned], "capabilities": ["gpu"]}]
+    assert len(devices) == 1 and len(devices[0]["device_ids"]) == 1
+    assert devices[0] == {"driver": "nvidia", "device_ids": devices[0]["device_ids"], "capabilities": ["gpu"]}
+    assert command[command.index("--name") + 1].startswith(f"gpu{devices[0]['device_ids'][0]}@")
     cpu = compose["services"]["worker-cpu"]
     assert cpu["command"][:4] == ["attnsweep", "worker", "--queue", "cpu"] and "deploy" not in cpu
 

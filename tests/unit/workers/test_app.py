@@ -1,13 +1,12 @@
 """The Celery app's reliability settings, queue routing, batching by kernel variant, GPU pinning."""
 from __future__ import annotations
 
-import os
 
 from attnconfig import parse_config
 from core.settings import Settings
 from workers.app import create_celery, queue_kind
 from workers.enqueue import batches, variant_key
-from workers.start import pin_gpu, worker_argv
+from workers.start import worker_argv
 
 BASE = dict(dtype="f16", g=1, seq_len_q=4, seq_len_k=64, num_heads_q=2, num_heads_kv=1, head_dim_qk=32, head_dim_v=32)
 
@@ -45,15 +44,6 @@ def test_batches_hold_one_kernel_variant_each_and_every_config_once():
     # 16 configs in 10 variants: (f16|bf16) x (32: 2, 64: 3, 128, 256, any) -> 2 * (1 + 1 + 1 + 1 + 1) = 10 batches
     assert len(out) == 10
     assert variant_key(configs[0], ["causal_off_by_one"]) != variant_key(configs[0])
-
-
-def test_gpu_pinning_sets_both_runtimes_visible_devices(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
-    pin_gpu(None)
-    assert "CUDA_VISIBLE_DEVICES" not in os.environ
-    pin_gpu(3)
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3" and os.environ["HIP_VISIBLE_DEVICES"] == "3"
 
 
 def test_worker_argv_consumes_one_queue_with_the_given_concurrency():
