@@ -172,7 +172,7 @@ def sample(
 
 @app.command()
 def verify(
-    config: str = typer.Option(..., "--config", help="config JSON, or @file"),
+    config: str = typer.Option(..., "--config", help="config JSON, or @file; split_kv 0 picks the split count for the GPU (kernels/autosplit.py)"),
     backend: str = typer.Option("auto", "--backend"),
     gates: Optional[str] = typer.Option(None, "--gates", help="gates JSON a reproducer carries (default: strict verifier)"),
     defect: list[str] = typer.Option([], "--defect"),
@@ -185,8 +185,21 @@ def verify(
 
     text = Path(config[1:]).read_text() if config.startswith("@") else config
     try:
-        cfg = parse_config(text)
-    except ConfigError as exc:
+        be = get_backend(backend, defects=frozenset(defect))
+    except (BackendUnavailable, ValueError) as exc:
+        fail(f"backend: {exc}")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        raw = text  # parse_config says what is wrong with it
+    try:
+        if isinstance(raw, dict):
+            from kernels.autosplit import resolve_split
+
+            raw = resolve_split(raw, be.device_info().multiprocessors)
+        cfg = parse_config(raw)
+    except ValueError as exc:  # ConfigError included
+        be.close()
         fail(str(exc))
     chosen = gates_for(cfg, strict=True)
     if gates:
@@ -197,13 +210,9 @@ def verify(
         missing = {"rms", "row"} - set(chosen) | ({"lse"} - set(chosen) if cfg.return_lse else set())
         if missing:
             fail(f"gates: missing {sorted(missing)} (a reproducer carries rms, rms_reason, row and, with LSE, lse)")
-    try:
-        be = get_backend(backend, defects=frozenset(defect))
-    except (BackendUnavailable, ValueError) as exc:
-        fail(f"backend: {exc}")
     result = run_config(cfg, be, chosen)
     print(json.dumps({
-        "outcome": result.outcome, "failed_gate": result.failed_gate, "detail": result.detail,
+        "outcome": result.outcome, "failed_gate": result.failed_gate, "detail": result.detail, "split_kv": cfg.split_kv,
         "not_applicable_reason": result.not_applicable_reason, "backend": result.backend, "device": result.device,
         "variant": result.variant, "block_n": result.block_n, "gates": result.gates,
         "metrics": result.metrics, "timings": result.timings,

@@ -19,6 +19,7 @@ needs at least one tile of keys (`tile_keys`, the keys a block reads per step).
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 from attnconfig import AttentionConfig
 
@@ -73,5 +74,20 @@ def replace_split(config: AttentionConfig, split_kv: int) -> AttentionConfig:
 
 def with_auto_split(config: AttentionConfig, num_sms: int, **kw) -> AttentionConfig:
     return replace_split(config, choose_split_kv(config, num_sms, **kw))
+
+
+def resolve_split(raw: Mapping[str, Any], multiprocessors: int | None) -> dict[str, Any]:
+    """A config's fields with `split_kv: 0` (automatic) replaced by the chosen count.
+
+    0 is a library option, not a config value: sweeps sample explicit counts and results store
+    the count that ran. Raises ValueError naming split_kv where no GPU says how many SMs it has."""
+    if raw.get("split_kv") != 0:
+        return dict(raw)
+    if not multiprocessors:
+        raise ValueError("split_kv: 0 (automatic) needs a GPU backend: the split count is sized to its multiprocessors")
+    from attnconfig import parse_config
+
+    one = parse_config({**raw, "split_kv": 1, "return_lse": bool(raw.get("return_lse"))})
+    return with_auto_split(one, multiprocessors).model_dump()
 
 

@@ -66,6 +66,7 @@ class DeviceInfo:
     driver_version: str = ""
     compiler_version: str = ""
     arch: str = ""
+    multiprocessors: int | None = None  # SMs / CUs: what the automatic split count sizes to
 
 
 @dataclass(frozen=True)

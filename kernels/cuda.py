@@ -86,6 +86,8 @@ class CudaBackend(DeviceBackend):
         major = self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self._dev), "cuDeviceGetAttribute")
         minor = self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._dev), "cuDeviceGetAttribute")
         self.arch = f"sm_{major}{minor}"
+        self.multiprocessors = int(self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._dev),
+                                               "cuDeviceGetAttribute"))
         self.include_dir = cuda_include_dir()
         if self.include_dir is None:
             raise BackendUnavailable("no CUDA headers found (cuda_fp16.h): set ATTNSWEEP_CUDA_INCLUDE or CUDA_HOME")
@@ -140,6 +142,7 @@ class CudaBackend(DeviceBackend):
             driver_version=f"{drv // 1000}.{(drv % 1000) // 10}",
             compiler_version=self.compiler_version(),
             arch=self.arch,
+            multiprocessors=self.multiprocessors,
         )
 
     # -- compile and load -----------------------------------------------------------------------

@@ -62,6 +62,7 @@ class HipBackend(DeviceBackend):
         name = props.name
         self._device_name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
         self._total_mem = int(props.totalGlobalMem)
+        self._multiprocessors = int(props.multiProcessorCount)
 
     # -- error handling -------------------------------------------------------------------------
     def _check(self, result: tuple, what: str, exc: type[Exception] = LaunchError) -> Any:
@@ -95,7 +96,8 @@ class HipBackend(DeviceBackend):
     def device_info(self) -> DeviceInfo:
         drv = self._check(self._hip.hipDriverGetVersion(), "hipDriverGetVersion")
         return DeviceInfo(backend="hip", device=self._device_name, total_memory=self._total_mem,
-                          driver_version=str(drv), compiler_version=self.compiler_version(), arch=self.arch)
+                          driver_version=str(drv), compiler_version=self.compiler_version(), arch=self.arch,
+                          multiprocessors=self._multiprocessors)
 
     # -- compile and load -----------------------------------------------------------------------
     def compile_options(self, variant: Variant) -> list[str]:

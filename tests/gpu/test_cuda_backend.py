@@ -199,6 +199,24 @@ def test_device_info(cuda_backend):
     assert info.backend == "cuda" and info.device and info.total_memory > 0
     assert info.arch.startswith("sm_") and info.compiler_version.startswith("nvrtc ")
     assert info.driver_version
+    assert info.multiprocessors and info.multiprocessors > 0
+
+
+def test_verify_with_automatic_split_runs_the_count_chosen_for_this_gpu(cuda_backend):
+    import json
+    import subprocess
+    import sys
+
+    from kernels.autosplit import choose_split_kv
+
+    raw = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=8192, num_heads_q=8, num_heads_kv=1,
+               head_dim_qk=128, head_dim_v=128, split_kv=0)
+    proc = subprocess.run([sys.executable, "-m", "cli", "verify", "--backend", "cuda", "--config", json.dumps(raw)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    expected = choose_split_kv(AttentionConfig(**{**raw, "split_kv": 1}), cuda_backend.device_info().multiprocessors)
+    assert out["outcome"] == "pass" and out["split_kv"] == expected > 1
 
 
 @pytest.mark.parametrize("c", CASES, ids=lambda c: f"{c.dtype}-{c.content_hash()[:8]}")

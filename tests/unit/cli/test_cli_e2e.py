@@ -83,6 +83,8 @@ def test_sample_json_is_deterministic_and_matches_run_sampling():
         (["run", "--gpus", "all", "--backend", "cpu"], "--gpus 'all': no GPU is visible"),
         (["verify", "--config", '{"dtype": "f16"}'], "g: "),
         (["verify", "--config", "{nope"], "not valid JSON"),
+        (["verify", "--backend", "cpu", "--config", '{"dtype": "f16", "g": 1, "seq_len_q": 1, "seq_len_k": 64, "num_heads_q": 1, '
+          '"num_heads_kv": 1, "head_dim_qk": 8, "head_dim_v": 8, "split_kv": 0}'], "split_kv: 0 (automatic) needs a GPU backend"),
     ],
 )
 def test_bad_input_is_a_clear_error_not_a_traceback(args, needle, tmp_path):

@@ -2,7 +2,7 @@
 import pytest
 
 from attnconfig import parse_config
-from kernels.autosplit import choose_split_kv, num_splits_heuristic, replace_split, with_auto_split
+from kernels.autosplit import choose_split_kv, num_splits_heuristic, replace_split, resolve_split, with_auto_split
 
 H200_SMS = 132
 
@@ -56,3 +56,18 @@ def test_with_auto_split_turns_on_lse_for_the_combine():
     c = with_auto_split(decode(1, 8, 1, 65536, 128), H200_SMS)
     assert c.split_kv == 256 and c.return_lse
     assert replace_split(c, 1).return_lse  # kept once asked for
+
+
+def test_split_kv_zero_is_resolved_to_the_automatic_count_and_others_are_kept():
+    raw = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=65536, num_heads_q=8, num_heads_kv=1,
+               head_dim_qk=128, head_dim_v=128, split_kv=0)
+    resolved = resolve_split(raw, H200_SMS)
+    assert resolved["split_kv"] == 256 and resolved["return_lse"] is True
+    assert parse_config(resolved).split_kv == 256
+    assert resolve_split({**raw, "split_kv": 4, "return_lse": True}, H200_SMS)["split_kv"] == 4
+    assert resolve_split({**raw, "split_kv": 4, "return_lse": True}, None)["split_kv"] == 4
+
+
+def test_split_kv_zero_without_a_gpu_names_the_field():
+    with pytest.raises(ValueError, match=r"split_kv: 0 \(automatic\) needs a GPU backend"):
+        resolve_split({"split_kv": 0}, None)
