@@ -138,3 +138,17 @@ def test_dockerfile_copies_every_package_the_project_installs():
     copied = set(re.findall(r"^COPY (\w+)/ \1/$", dockerfile, re.MULTILINE))
     assert packages <= copied, f"the image would miss {sorted(packages - copied)}"
     assert re.search(r"^USER (?!root)\w+", dockerfile, re.MULTILINE), "the image must not run as root"
+
+
+def test_the_ci_webhook_is_configured_for_every_app_service(compose):
+    from core.settings import Settings
+
+    for name in ("api", "worker-gpu", "worker-cpu"):
+        env = _environment(compose["services"][name])
+        assert env["ATTNSWEEP_WEBHOOK_SECRET"].startswith("${ATTNSWEEP_WEBHOOK_SECRET:?")
+        assert "ATTNSWEEP_KERNEL_REPO" in env
+        # Mirrors of the kernel repository persist on the cache volume, not in the container.
+        assert env["ATTNSWEEP_KERNEL_REPO_CACHE"].startswith("/cache/")
+        for key in env:  # every variable the compose file sets is a setting the service reads
+            if key.startswith("ATTNSWEEP_"):
+                assert key.removeprefix("ATTNSWEEP_").lower() in Settings.model_fields, key
