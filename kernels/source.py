@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -41,7 +42,7 @@ class KernelSource:
     headers: Mapping[str, str] = field(default_factory=dict)
     entry_name: str = ENTRY_FILE
 
-    @property
+    @cached_property
     def hash(self) -> str:
         return source_digest(self.entry_name, self.entry_text, self.headers)
 

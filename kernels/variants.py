@@ -21,7 +21,7 @@ import abc
 import ctypes
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -150,7 +150,8 @@ class Variant:
 
 
 def grouped_rows(config: AttentionConfig) -> int:
-    """Query rows per block on the grouped path: all rows of a kv head, up to 8, as a power of two."""
+    """Query rows per block on the grouped path: all rows of a kv head, up to GROUPED_MAX_ROWS,
+    as a power of two."""
     rows = config.gqa_ratio * config.seq_len_q
     rb = 1
     while rb < min(rows, GROUPED_MAX_ROWS):
@@ -354,7 +355,13 @@ class DeviceBackend(Backend, abc.ABC):
 
     @property
     def source(self) -> KernelSource:
-        return self.kernel_source or local_source()
+        return self.kernel_source or self._local_source
+
+    @cached_property
+    def _local_source(self) -> KernelSource:
+        # Read once: prepare asks for the hash of every config, and the hash and the text
+        # compiled must come from one reading of kernels/src.
+        return local_source()
 
     def __init__(self, defects: frozenset[str] = frozenset(), *, cache: Any = None):
         super().__init__(defects)

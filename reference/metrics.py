@@ -122,17 +122,14 @@ class _Accumulator:
         return float(np.sqrt(self.sq_sum) / (self.max_mag * np.sqrt(self.count)))
 
 
-def tensor_metrics(ref: np.ndarray, out: np.ndarray, magnitude: np.ndarray | None = None,
-                   row_scale: np.ndarray | None = None) -> dict[str, float | int]:
+def tensor_metrics(ref: np.ndarray, out: np.ndarray, row_scale: np.ndarray | None = None) -> dict[str, float | int]:
     """max_abs, max_rel, rms, row_err (worst row over the last axis) and nonfinite of out vs ref.
 
-    magnitude (same shape, optional): attention of |V|; its row maxima scale row_err.
-    row_scale (shape without the last axis): those row maxima, precomputed (RowScales.out)."""
+    row_scale (shape without the last axis, optional): the row maxima of the attention of |V|
+    (RowScales.out), which scale row_err."""
     _check_shapes(ref, out)
     acc = _Accumulator()
     nonfinite = 0
-    if row_scale is None and magnitude is not None:
-        row_scale = np.asarray(magnitude).max(axis=-1)
     scales = None if row_scale is None else np.asarray(row_scale).reshape(-1)
     step = _rows_per_block(np.shape(out))
     for i, (r_raw, o_raw) in enumerate(_row_blocks(np.asarray(ref), out)):
@@ -193,21 +190,19 @@ def err_ratio(ref: np.ndarray, out: np.ndarray, low: np.ndarray) -> float:
 
 def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
                     o_partials: np.ndarray | None, lse_partials: np.ndarray | None,
-                    magnitude: np.ndarray | None = None, row_scale: np.ndarray | None = None) -> dict[str, float | int]:
+                    row_scale: np.ndarray | None = None) -> dict[str, float | int]:
     """Partials vs the reference partials at the same block_n (SPEC §4, §5 gate 3).
 
     row_err and lse_max_abs over valid (split, row) entries; invalid_bad counts invalid or
     empty entries that are not exactly O_s = 0 and LSE_s = -inf; nonfinite counts NaN, and
-    inf where the reference partial is finite. magnitude [S, ..., Dv] (or its row maxima,
-    row_scale [S, ...]) scales row_err as in tensor_metrics.
+    inf where the reference partial is finite. row_scale [S, ...] (RowScales.partials) scales
+    row_err as in tensor_metrics.
     """
     S = ref_lse.shape[0]
     if o_partials is not None:
         _check_shapes(ref_o, o_partials)
     if lse_partials is not None:
         _check_shapes(ref_lse, lse_partials)
-    if row_scale is None and magnitude is not None:
-        row_scale = np.asarray(magnitude).max(axis=-1)
     n_rows = valid.size
     dv = ref_o.shape[-1]
     step = max(1, _BLOCK_ELEMENTS // max(dv, 1))
@@ -267,30 +262,26 @@ def _partial_o_block(r32: np.ndarray, o32: np.ndarray, is_valid: np.ndarray, sca
     if not diff.size:
         return 0.0
     row = row_diff / _row_denominator(row_mag[:, None], scale)
-    return float(row[is_valid].max()) if is_valid.any() else 0.0
+    return float(row[is_valid].max())
 
 
 def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any, low_out: np.ndarray | None,
                    out: np.ndarray, lse: np.ndarray | None, o_partials: np.ndarray | None = None,
                    lse_partials: np.ndarray | None = None, *,
                    exact: tuple[np.ndarray, np.ndarray] | None = None,
-                   magnitude: Any = None) -> dict[str, float | int | None]:
+                   magnitude: RowScales | None = None) -> dict[str, float | int | None]:
     """Every SPEC §4 metric of one run, as the flat dict the store keeps (None: not applicable).
 
     ref_result is the split-KV reference (reference.splitkv.SplitKVResult) at the block_n the
     kernel ran. O and LSE are compared with its out_f32 / lse_f32 unless `exact` gives the
     float64 (out, lse) of attention_exact; the partials always with its partials.
     `magnitude` scales the row errors of O and of the partials: the RowScales of
-    attention_splitkv(magnitude=True), or the split-KV reference run on |V|
-    (reference.magnitude_reference), whose out_f32 and o_partials give the same row maxima.
+    attention_splitkv(magnitude=True) (or RowScales.of(magnitude_reference(...))).
     """
     c = as_config(config)
-    scales = None
-    if magnitude is not None:
-        scales = magnitude if hasattr(magnitude, "partials") else RowScales.of(magnitude)
     ref_out, ref_lse = exact if exact is not None else (ref_result.out_f32, ref_result.lse_f32)
     metrics: dict[str, float | int | None] = dict.fromkeys(METRIC_KEYS)
-    o = tensor_metrics(ref_out, out, row_scale=None if scales is None else scales.out)
+    o = tensor_metrics(ref_out, out, row_scale=None if magnitude is None else magnitude.out)
     metrics.update(out_rms=o["rms"], out_row_err=o["row_err"], out_max_abs=o["max_abs"],
                    out_max_rel=o["max_rel"], out_nonfinite=o["nonfinite"])
     if low_out is not None:
@@ -303,7 +294,7 @@ def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any,
         if ref_result.lse_partials.shape[0] != c.split_kv:
             raise ValueError(f"reference has {ref_result.lse_partials.shape[0]} splits, config split_kv={c.split_kv}")
         p = partial_metrics(ref_result.o_partials, ref_result.lse_partials, ref_result.valid_splits,
-                            o_partials, lse_partials, row_scale=None if scales is None else scales.partials)
+                            o_partials, lse_partials, row_scale=None if magnitude is None else magnitude.partials)
         metrics.update(partials_row_err=p["row_err"], partials_lse_max_abs=p["lse_max_abs"],
                        partials_invalid_bad=p["invalid_bad"], partials_nonfinite=p["nonfinite"])
     return metrics

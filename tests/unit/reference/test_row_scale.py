@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnconfig import parse_config
-from reference import attention_splitkv, magnitude_reference, make_inputs, verify_outputs
+from reference import RowScales, attention_splitkv, magnitude_reference, make_inputs, verify_outputs
 
 CFG = dict(dtype="f16", g=4, seq_len_q=64, seq_len_k=300, num_heads_q=4, num_heads_kv=2, head_dim_qk=32,
            head_dim_v=1, return_lse=True, split_kv=4, data_seed=3)
@@ -13,7 +13,7 @@ CFG = dict(dtype="f16", g=4, seq_len_q=64, seq_len_k=300, num_heads_q=4, num_hea
 def _metrics(c, out, magnitude=True):
     inputs = make_inputs(c)
     ref = attention_splitkv(c, inputs)
-    mag = magnitude_reference(c, inputs) if magnitude else None
+    mag = RowScales.of(magnitude_reference(c, inputs)) if magnitude else None
     return ref, verify_outputs(c, ref, None, out, ref.lse, magnitude=mag)
 
 
