@@ -7,6 +7,7 @@ failed gate, `sweep` the sweep id.
 from __future__ import annotations
 
 import re
+from typing import Sequence
 from pydantic import BaseModel
 
 from api.errors import ProblemError
@@ -73,13 +74,15 @@ def parse_sort(text: str) -> str:
     return text
 
 
-def parse_by(text: str) -> list[str]:
+def parse_by(given: str | Sequence[str], allowed: Sequence[str] = GROUPABLE) -> list[str]:
+    """One or two distinct fields of `allowed`: `by=a,b`, or repeated `by` parameters."""
+    text = given if isinstance(given, str) else ",".join(given)
     by = [b.strip() for b in text.split(",") if b.strip()]
     if not 1 <= len(by) <= 2:
-        raise ProblemError([("by", f"by={text!r}: give one or two comma-separated fields")])
+        raise ProblemError([("by", f"by={text!r}: give one or two fields, comma-separated or as repeated by parameters")])
     for b in by:
-        if b not in GROUPABLE:
-            raise ProblemError([("by", f"by={b!r}: must be one of {', '.join(GROUPABLE)}")])
+        if b not in allowed:
+            raise ProblemError([("by", f"by={b!r}: must be one of {', '.join(allowed)}")])
     if len(set(by)) != len(by):
         raise ProblemError([("by", f"by={text!r}: the two fields must differ")])
     return by

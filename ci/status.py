@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from attnconfig.outcomes import FAILING_OUTCOMES, METRIC_KEYS
 from ci.verdict import judge
 from store import repo
+from store.queries import failure_rate
 from store.models import ConfigRun, Sweep
 
 
@@ -69,7 +70,7 @@ def commit_status(session: Session, sweep: Sweep, with_failures: bool = True) ->
         "base_ref": sweep.base_ref, "pr_number": sweep.pr_number, "sweep_id": sweep.id, "state": sweep.status,
         "verdict": judgement.verdict, "source_hash": sweep.source_hash, "configs": counts["configs_total"],
         "configs_done": counts["configs_done"], "failures": len(failing),
-        "failure_rate": len(failing) / applicable if applicable else None,
+        "failure_rate": failure_rate(len(failing), applicable),
         "new_failure_count": len(judgement.new), "known_failure_count": len(judgement.known),
         "base_sweep_id": base.id if base is not None else None,
         "base_commit_sha": base.commit_sha if base is not None else None,
@@ -88,9 +89,3 @@ def ci_sweeps(session: Session, repository: str | None, limit: int, offset: int)
     if repository is not None:
         q = q.where(Sweep.repository == repository)
     return list(session.scalars(q.order_by(Sweep.id.desc()).offset(offset).limit(limit)))
-
-
-def known_hashes(session: Session, sweep: Sweep) -> set[str]:
-    """Failures of the sweep's base branch (empty unless a pull request with a finished base)."""
-    base = base_sweep(session, sweep)
-    return failing_hashes(session, base.id) if base is not None else set()

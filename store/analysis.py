@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case
 from sqlalchemy.orm import Session
 
-from attnconfig.outcomes import FAILING_OUTCOMES, OUTCOMES
 from store.models import ConfigRun
-from store.queries import GROUPABLE, ResultFilter
+from store.queries import GROUPABLE, ResultFilter, failure_summary
 
 BUCKET_SUFFIX = "_bucket"
 BUCKETABLE = ("g", "seq_len_q", "seq_len_k", "head_dim_qk", "head_dim_v")
@@ -34,37 +33,6 @@ def _expression(name: str) -> Any:
     return getattr(ConfigRun, name)
 
 
-def _sort_key(key: tuple) -> tuple:
-    return tuple((v is None, v) for v in key)
-
-
 def failure_rates(session: Session, by: Sequence[str], flt: ResultFilter) -> list[dict[str, Any]]:
-    """Outcome counts of finished results per group of `by` (fields of RATE_FIELDS), with rates.
-
-    `failure_rate` = failures / (runs - not_applicable), as GET /failures/summary: a config the
-    backend cannot run is neither a pass nor a failure. None where no applicable run exists.
-    """
-    if not 1 <= len(by) <= 2:
-        raise ValueError("by: give one or two fields")
-    for name in by:
-        if name not in RATE_FIELDS:
-            raise ValueError(f"by: {name!r} cannot be grouped on")
-    # Grouped in an outer query: PostgreSQL would not match a CASE with bound parameters in
-    # GROUP BY to the same CASE in SELECT.
-    inner = flt.apply(
-        select(*(_expression(n).label(n) for n in by), ConfigRun.outcome.label("outcome")).where(ConfigRun.state == "done")
-    ).subquery()
-    keys = [inner.c[n] for n in by]
-    groups: dict[tuple, dict[str, int]] = {}
-    for *key, outcome, n in session.execute(select(*keys, inner.c.outcome, func.count()).group_by(*keys, inner.c.outcome)):
-        groups.setdefault(tuple(key), dict.fromkeys(OUTCOMES, 0))[outcome] = n
-    out = []
-    for key in sorted(groups, key=_sort_key):
-        outcomes = groups[key]
-        runs = sum(outcomes.values())
-        failures = sum(outcomes[o] for o in FAILING_OUTCOMES)
-        applicable = runs - outcomes["not_applicable"]
-        out.append({"key": dict(zip(by, key)), "runs": runs, "failures": failures,
-                    "failure_rate": failures / applicable if applicable else None, "outcomes": outcomes})
-    return out
-
+    """GET /failures/summary's groups over one or two fields of RATE_FIELDS, size buckets included."""
+    return failure_summary(session, by, flt, allowed=RATE_FIELDS, column=_expression)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import Select, and_, func, select
 from sqlalchemy.orm import Session
@@ -140,37 +140,58 @@ def sweep_results(
     return _page(session, base, sort, offset, limit, with_count=True)
 
 
-def failure_summary(session: Session, by: Sequence[str], flt: ResultFilter) -> list[dict[str, Any]]:
-    """Outcome counts of finished results grouped by one or two fields, with failure rates.
+def failure_rate(failures: int, applicable: int) -> float | None:
+    """failures / (runs - not_applicable): a config a backend cannot run is neither a pass nor a
+    failure. None when there is no applicable run."""
+    return failures / applicable if applicable else None
 
-    `failure_rate` = failures / (runs - not_applicable): a config a backend cannot run is
-    neither a pass nor a failure. None when a group has no applicable run.
-    """
-    if not 1 <= len(by) <= 2:
-        raise ValueError("by: give one or two fields")
-    for name in by:
-        if name not in GROUPABLE:
-            raise ValueError(f"by: {name!r} cannot be grouped on")
-    cols = [getattr(ConfigRun, name) for name in by]
-    query = flt.apply(select(*cols, ConfigRun.outcome, func.count()).where(ConfigRun.state == "done"))
-    query = query.group_by(*cols, ConfigRun.outcome)
+
+def grouped_outcomes(session: Session, columns: Mapping[str, Any], flt: ResultFilter) -> list[dict[str, Any]]:
+    """Outcome counts of finished results per group of `columns` (name -> SQL expression), with
+    failure rates; groups sorted by key, None last."""
+    # Grouped in an outer query: PostgreSQL would not match a CASE with bound parameters (a
+    # bucket of store.analysis) in GROUP BY to the same CASE in SELECT.
+    inner = flt.apply(
+        select(*(expr.label(name) for name, expr in columns.items()), ConfigRun.outcome.label("outcome"))
+        .where(ConfigRun.state == "done")
+    ).subquery()
+    keys = [inner.c[name] for name in columns]
     groups: dict[tuple, dict[str, int]] = {}
-    for *key, outcome, n in session.execute(query):
+    for *key, outcome, n in session.execute(select(*keys, inner.c.outcome, func.count()).group_by(*keys, inner.c.outcome)):
         groups.setdefault(tuple(key), dict.fromkeys(OUTCOMES, 0))[outcome] = n
     out = []
     for key in sorted(groups, key=lambda k: tuple((v is None, v) for v in k)):
         outcomes = groups[key]
         runs = sum(outcomes.values())
         fails = sum(outcomes[o] for o in FAILING_OUTCOMES)
-        applicable = runs - outcomes["not_applicable"]
         out.append({
-            "key": dict(zip(by, key)),
+            "key": dict(zip(columns, key)),
             "runs": runs,
             "failures": fails,
-            "failure_rate": fails / applicable if applicable else None,
+            "failure_rate": failure_rate(fails, runs - outcomes["not_applicable"]),
             "outcomes": outcomes,
         })
     return out
+
+
+def group_totals(groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """runs, failures and failure_rate over every group of grouped_outcomes."""
+    runs = sum(g["runs"] for g in groups)
+    failures = sum(g["failures"] for g in groups)
+    applicable = runs - sum(g["outcomes"]["not_applicable"] for g in groups)
+    return {"runs": runs, "failures": failures, "failure_rate": failure_rate(failures, applicable)}
+
+
+def failure_summary(session: Session, by: Sequence[str], flt: ResultFilter, allowed: Sequence[str] = GROUPABLE,
+                    column: Callable[[str], Any] = lambda name: getattr(ConfigRun, name)) -> list[dict[str, Any]]:
+    """Outcome counts of finished results grouped by one or two fields of `allowed`, with failure
+    rates; `column` gives a field's SQL expression (store.analysis adds size buckets)."""
+    if not 1 <= len(by) <= 2:
+        raise ValueError("by: give one or two fields")
+    for name in by:
+        if name not in allowed:
+            raise ValueError(f"by: {name!r} cannot be grouped on")
+    return grouped_outcomes(session, {name: column(name) for name in by}, flt)
 
 
 # --- sweeps ----------------------------------------------------------------------------------

@@ -11,8 +11,7 @@ from fastapi import APIRouter, Query
 
 from api.convert import config_run_public
 from api.deps import SessionDep, sweep_or_404
-from api.errors import ProblemError
-from api.filters import parse_sort, result_filter
+from api.filters import parse_by, parse_sort, result_filter
 from api.schemas.analysis import (
     FailureRates,
     FailureRatesQuery,
@@ -35,18 +34,6 @@ def _in_sweep(flt: ResultFilter, sweep_id: int) -> ResultFilter:
                         since=flt.since, until=flt.until)
 
 
-def _parse_by(given: list[str]) -> list[str]:
-    by = [b.strip() for part in given for b in part.split(",") if b.strip()]
-    if not 1 <= len(by) <= 2:
-        raise ProblemError([("by", f"by={','.join(given)!r}: give one or two fields")])
-    for name in by:
-        if name not in analysis.RATE_FIELDS:
-            raise ProblemError([("by", f"by={name!r}: must be one of {', '.join(analysis.RATE_FIELDS)}")])
-    if len(set(by)) != len(by):
-        raise ProblemError([("by", f"by={','.join(by)!r}: the two fields must differ")])
-    return by
-
-
 @router.get("/{sweep_id}/failure-rates", response_model=FailureRates, responses=ERRORS)
 def read_failure_rates(sweep_id: int, query: Annotated[FailureRatesQuery, Query()], session: SessionDep) -> FailureRates:  # type: ignore[valid-type]
     """Failure rates of the sweep's finished configs per value of one or two fields (a heatmap).
@@ -56,15 +43,12 @@ def read_failure_rates(sweep_id: int, query: Annotated[FailureRatesQuery, Query(
     select its configs (`filter`), e.g. `{"dtype": "bf16", "seq_len_k": "256:511"}`.
     """
     sweep_or_404(session, sweep_id)
-    by = _parse_by(query.by)
+    by = parse_by(query.by, analysis.RATE_FIELDS)
     groups = analysis.failure_rates(session, by, _in_sweep(result_filter(query, failures_only=False), sweep_id))
-    runs = sum(g["runs"] for g in groups)
-    failures = sum(g["failures"] for g in groups)
-    applicable = runs - sum(g["outcomes"]["not_applicable"] for g in groups)
     axes = {name: list(dict.fromkeys(g["key"][name] for g in sorted(groups, key=lambda g: (g["key"][name] is None, g["key"][name]))))
             for name in by}
-    return FailureRates(sweep_id=sweep_id, by=by, axes=axes, runs=runs, failures=failures,
-                        failure_rate=failures / applicable if applicable else None, cells=[rate_cell(g) for g in groups])
+    return FailureRates(sweep_id=sweep_id, by=by, axes=axes, **queries.group_totals(groups),
+                        cells=[rate_cell(g) for g in groups])
 
 
 @router.get("/{sweep_id}/failures", response_model=FailureRowsPublic, responses=ERRORS)

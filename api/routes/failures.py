@@ -31,8 +31,4 @@ def read_failure_summary(query: Annotated[SummaryQuery, Query()], session: Sessi
     """Outcome counts and failure rates of finished configs, grouped by one or two fields (`by=dtype,split_kv`)."""
     by = parse_by(query.by)
     groups = queries.failure_summary(session, by, result_filter(query, failures_only=False))
-    runs = sum(g["runs"] for g in groups)
-    failures = sum(g["failures"] for g in groups)
-    applicable = runs - sum(g["outcomes"]["not_applicable"] for g in groups)
-    return FailureSummary(by=by, runs=runs, failures=failures, failure_rate=failures / applicable if applicable else None,
-                          groups=[SummaryGroup(**g) for g in groups])
+    return FailureSummary(by=by, **queries.group_totals(groups), groups=[SummaryGroup(**g) for g in groups])
