@@ -133,14 +133,20 @@ class Verdict:
     failed_gate: str | None  # None | "rms" | "row" | "lse" | "partials" | "err_ratio"
     detail: str
     gates: dict[str, Any] = field(default_factory=dict)
+    # What decided a fail or nan: the metric, its value, the bound it broke and where the bound
+    # comes from (the dashboard shows them; `detail` says the same in one line).
+    metric: str | None = None
+    value: float | int | None = None
+    bound: float | int | None = None
+    why: str = ""
 
     @property
     def threshold_reason(self) -> str | None:
         return self.gates.get("rms_reason")
 
 
-def _num(x: float) -> str:
-    return f"{x:.6g}"
+def _num(x: float | int) -> str:
+    return str(x) if isinstance(x, int) else f"{x:.6g}"
 
 
 def _need(metrics: Mapping[str, Any], key: str, why: str) -> Any:
@@ -183,48 +189,51 @@ def evaluate_with_gates(c: AttentionConfig, metrics: Mapping[str, Any], gates: M
     for key, gate in where.items():
         if nonfinite[key] > 0:
             counts = ", ".join(f"{k}={v}" for k, v in nonfinite.items())
-            return Verdict("nan", gate, f"non-finite values where the reference is finite ({counts})", gates)
+            why = "non-finite values where the reference is finite"
+            return Verdict("nan", gate, f"{why} ({counts})", gates, key, nonfinite[key], 0, why)
 
-    def fail(gate: str, text: str) -> Verdict:
-        return Verdict("fail", gate, f"{gate}: {text}", gates)
+    def fail(gate: str, metric: str, value: float | int, bound: float | int, why: str) -> Verdict:
+        return Verdict("fail", gate, f"{gate}: {metric}={_num(value)} > {_num(bound)} ({why})", gates,
+                       metric, value, bound, why)
 
     checked: list[str] = []
     # 1. RMS on O.
     out_rms = float(_need(metrics, "out_rms", "rms"))
     if _over(out_rms, gates["rms"]):
-        return fail("rms", f"out_rms={_num(out_rms)} > {_num(gates['rms'])} ({gates['rms_reason']} threshold)")
+        return fail("rms", "out_rms", out_rms, gates["rms"], f"{gates['rms_reason']} threshold")
     checked.append(f"out_rms={_num(out_rms)} <= {_num(gates['rms'])}")
     # 2. Row gate on O.
     row = float(_need(metrics, "out_row_err", "row"))
     if _over(row, gates["row"]):
-        return fail("row", f"out_row_err={_num(row)} > {_num(gates['row'])} ({c.dtype} row bound)")
+        return fail("row", "out_row_err", row, gates["row"], f"{c.dtype} row bound")
     checked.append(f"out_row_err={_num(row)} <= {_num(gates['row'])}")
     # 3. LSE gate, when LSE is returned.
     if c.return_lse:
         lse = float(_need(metrics, "lse_max_abs", "lse"))
         if _over(lse, gates["lse"]):
-            return fail("lse", f"lse_max_abs={_num(lse)} > {_num(gates['lse'])} ({c.dtype} lse bound)")
+            return fail("lse", "lse_max_abs", lse, gates["lse"], f"{c.dtype} lse bound")
         mismatch = int(_need(metrics, "lse_inf_mismatch", "lse"))
         if mismatch != 0:
-            return fail("lse", f"lse_inf_mismatch={mismatch} > 0 (-inf against a finite value)")
+            return fail("lse", "lse_inf_mismatch", mismatch, 0, "-inf against a finite value")
         checked.append(f"lse_max_abs={_num(lse)} <= {_num(gates['lse'])}")
     # 4. Partials gate, when the backend exposes partials.
     if metrics.get("partials_row_err") is not None:
         prow = float(metrics["partials_row_err"])
         if _over(prow, gates["row"]):
-            return fail("partials", f"partials_row_err={_num(prow)} > {_num(gates['row'])} ({c.dtype} row bound, per valid split)")
+            return fail("partials", "partials_row_err", prow, gates["row"], f"{c.dtype} row bound, per valid split")
         plse = metrics.get("partials_lse_max_abs")
         if plse is not None and "lse" in gates and _over(float(plse), gates["lse"]):
-            return fail("partials", f"partials_lse_max_abs={_num(float(plse))} > {_num(gates['lse'])} ({c.dtype} lse bound, per valid split)")
+            return fail("partials", "partials_lse_max_abs", float(plse), gates["lse"], f"{c.dtype} lse bound, per valid split")
         bad = int(_need(metrics, "partials_invalid_bad", "partials"))
         if bad != 0:
-            return fail("partials", f"partials_invalid_bad={bad} > 0 (invalid or empty splits must be exactly O_s=0, LSE_s=-inf)")
+            return fail("partials", "partials_invalid_bad", bad, 0,
+                        "invalid or empty splits must be exactly O_s=0, LSE_s=-inf")
         checked.append(f"partials_row_err={_num(prow)} <= {_num(gates['row'])}")
     # 5. err_ratio, only when the sweep asks for it.
     if "err_ratio" in gates:
         er = float(_need(metrics, "out_err_ratio", "err_ratio"))
         if _over(er, gates["err_ratio"]):
-            return fail("err_ratio", f"out_err_ratio={_num(er)} > {_num(gates['err_ratio'])} (sweep err_ratio_gate)")
+            return fail("err_ratio", "out_err_ratio", er, gates["err_ratio"], "sweep err_ratio_gate")
         checked.append(f"out_err_ratio={_num(er)} <= {_num(gates['err_ratio'])}")
     return Verdict("pass", None, "all gates hold: " + ", ".join(checked), gates)
 

@@ -9,7 +9,8 @@ from api.schemas.common import Metric
 from api.schemas.failures import FailureQuery, ResultFilters, SummaryGroup
 from api.schemas.sweeps import ConfigRunPublic
 from store.analysis import BUCKET_SUFFIX, RATE_FIELDS, bucket_bounds
-from sweeps.policy import SATURATED_HEAD_DIM
+from attnconfig import parse_config
+from sweeps.policy import SATURATED_HEAD_DIM, Verdict, evaluate_with_gates
 
 
 class _Query(BaseModel):
@@ -99,43 +100,31 @@ THRESHOLD_WHY = {
     "default": "default threshold (f16, f32, i8)",
     "strict": "verify's strict threshold",
 }
-NONFINITE_METRIC = {"rms": "out_nonfinite", "lse": "lse_nonfinite", "partials": "partials_nonfinite"}
 
 
 def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0][:300] if (text or "").strip() else ""
 
 
-def _over(value: Any, bound: Any) -> bool:
-    return value is not None and bound is not None and not (value <= bound)
+def _verdict(run: ConfigRunPublic) -> Verdict | None:
+    """The stored failure's verdict, re-derived by the policy that made it from its metrics and
+    gates; None for outcomes no gate decides (error, timeout, oom) or rows that cannot be judged."""
+    if run.outcome not in ("fail", "nan") or not run.gates:
+        return None
+    try:
+        verdict = evaluate_with_gates(parse_config(run.config), run.metrics, run.gates)
+    except (ValueError, KeyError):
+        return None
+    return verdict if (verdict.outcome, verdict.failed_gate) == (run.outcome, run.failed_gate) else None
 
 
 def gate_check(run: ConfigRunPublic) -> GateCheck:
-    """SPEC §5's gates as sweeps.policy applies them, read back from a stored failure."""
-    m, g, gate, dtype = run.metrics, run.gates or {}, run.failed_gate, run.config.get("dtype")
-    if run.outcome == "nan" and gate in NONFINITE_METRIC:
-        metric = NONFINITE_METRIC[gate]
-        return GateCheck(gate=gate, metric=metric, value=m.get(metric), bound=0, why="non-finite values where the reference is finite")
-    if gate == "rms":
-        return GateCheck(gate=gate, metric="out_rms", value=m.get("out_rms"), bound=g.get("rms", run.rms_threshold),
-                         why=THRESHOLD_WHY.get(run.threshold_reason or "", run.threshold_reason or "threshold"))
-    if gate == "row":
-        return GateCheck(gate=gate, metric="out_row_err", value=m.get("out_row_err"), bound=g.get("row"), why=f"{dtype} row bound")
-    if gate == "lse":
-        if (m.get("lse_inf_mismatch") or 0) > 0:
-            return GateCheck(gate=gate, metric="lse_inf_mismatch", value=m["lse_inf_mismatch"], bound=0,
-                             why="a -inf LSE must match the reference's")
-        return GateCheck(gate=gate, metric="lse_max_abs", value=m.get("lse_max_abs"), bound=g.get("lse"), why=f"{dtype} LSE bound")
-    if gate == "partials":
-        if _over(m.get("partials_row_err"), g.get("row")):
-            return GateCheck(gate=gate, metric="partials_row_err", value=m["partials_row_err"], bound=g.get("row"),
-                             why=f"{dtype} row bound, per valid split")
-        if _over(m.get("partials_lse_max_abs"), g.get("lse")):
-            return GateCheck(gate=gate, metric="partials_lse_max_abs", value=m["partials_lse_max_abs"], bound=g.get("lse"),
-                             why=f"{dtype} LSE bound, per valid split")
-        return GateCheck(gate=gate, metric="partials_invalid_bad", value=m.get("partials_invalid_bad"), bound=0,
-                         why="an invalid or empty split must be exactly O=0, LSE=-inf")
-    if gate == "err_ratio":
-        return GateCheck(gate=gate, metric="out_err_ratio", value=m.get("out_err_ratio"), bound=g.get("err_ratio"),
-                         why="the sweep's err_ratio_gate")
-    return GateCheck(gate=gate, metric=None, value=None, bound=None, why=_first_line(run.detail) or run.outcome or "")
+    """The metric that decided a stored failure against its bound (SPEC §5, sweeps.policy)."""
+    verdict = _verdict(run)
+    if verdict is None:
+        return GateCheck(gate=run.failed_gate, metric=None, value=None, bound=None,
+                         why=_first_line(run.detail) or run.outcome or "")
+    why = verdict.why
+    if verdict.outcome == "fail" and verdict.failed_gate == "rms":
+        why = THRESHOLD_WHY.get(run.threshold_reason or "", why)
+    return GateCheck(gate=verdict.failed_gate, metric=verdict.metric, value=verdict.value, bound=verdict.bound, why=why)
