@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from attnconfig import AttentionConfig, parse_config
+from reference.rounding import narrow_f64
 
 _NORMAL_CHUNK = 1 << 16
 _FLOAT_STORAGE = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32)}
@@ -57,10 +58,11 @@ def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
         out = np.empty(shape, dtype=dtype)
         flat = out.reshape(-1)
         buf = np.empty(min(flat.size, _NORMAL_CHUNK))
+        scratch = np.empty(len(buf), dtype=np.float32)
         for i in range(0, flat.size, _NORMAL_CHUNK):
             part = buf[:min(_NORMAL_CHUNK, flat.size - i)]
             rng.standard_normal(out=part)
-            flat[i:i + len(part)] = part
+            narrow_f64(part, flat[i:i + len(part)], scratch[:len(part)])
         return out
 
     out: dict[str, Any] = {}

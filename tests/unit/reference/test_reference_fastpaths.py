@@ -148,7 +148,8 @@ def naive_partial_metrics(ref_o, ref_lse, valid, o_partials, lse_partials, scale
     return {"row_err": row_err, "lse_max_abs": lse_max_abs, "invalid_bad": invalid_bad, "nonfinite": nonfinite}
 
 
-@pytest.mark.parametrize("damage", ["none", "nan_valid", "nan_invalid", "nonzero_invalid", "inf_lse"])
+@pytest.mark.parametrize("damage", ["none", "nan_valid", "nan_invalid", "nonzero_invalid", "inf_lse",
+                                    "negative_zero_invalid", "negative_zero_and_nonzero_invalid"])
 def test_partial_metrics_match_the_plain_formulas(damage):
     c = parse_config(dict(dtype="f16", g=2, seq_len_q=9, seq_len_k=100, num_heads_q=4, num_heads_kv=2,
                           head_dim_qk=8, head_dim_v=6, causal=True, return_lse=True, split_kv=8, data_seed=5))
@@ -164,9 +165,14 @@ def test_partial_metrics_match_the_plain_formulas(damage):
         o[6, 1, 3, 0, 2] = 0.5
     elif damage == "inf_lse":
         lse[0, 0, 1, 4] = np.inf
+    elif damage.startswith("negative_zero"):  # -0.0 is a zero: not bad, though its bits are not 0
+        o[5] = -0.0
+        if damage.endswith("nonzero_invalid"):
+            o[5, 1, 2, 8, 5] = -1e-30
     got = partial_metrics(ref.o_partials, ref.lse_partials, ref.valid_splits, o, lse,
                           row_scale=ref.row_scales.partials)
     want = naive_partial_metrics(ref.o_partials, ref.lse_partials, ref.valid_splits, o, lse,
                                  ref.row_scales.partials.astype(np.float64))
     assert got == want
     assert (got["nonfinite"] > 0) == (damage in ("nan_valid", "nan_invalid", "inf_lse"))
+    assert (got["invalid_bad"] > 0) == (damage in ("nan_invalid", "nonzero_invalid", "negative_zero_and_nonzero_invalid"))

@@ -1,0 +1,110 @@
+"""make_inputs draws the same bytes as the plain definition of SPEC §1 "Inputs", over the config
+space: stored reproducers replay a failure from config + data_seed alone."""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from attnconfig import parse_config
+from reference import make_inputs
+from reference.rounding import narrow_f64
+from sweeps.sampler import ConfigDrawer
+from sweeps.spec import SweepSpec
+
+FLOAT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
+
+
+def plain_inputs(c):
+    """The definition, with no chunking or casting shortcuts: one draw per tensor, cast once."""
+    rng = np.random.default_rng(c.data_seed)
+    q_shape = (c.g, c.num_heads_q, c.seq_len_q, c.head_dim_qk)
+    k_shape = (c.g, c.num_heads_kv, c.seq_len_k, c.head_dim_qk)
+    v_dtype = np.float16 if c.dtype == "i8" else FLOAT[c.dtype]
+    out = {}
+    if c.dtype == "i8":
+        out["q"] = rng.integers(-8, 7, size=q_shape, endpoint=True, dtype=np.int8)
+        out["k"] = rng.integers(-8, 7, size=k_shape, endpoint=True, dtype=np.int8)
+    else:
+        out["q"] = rng.standard_normal(q_shape).astype(FLOAT[c.dtype])
+        out["k"] = rng.standard_normal(k_shape).astype(FLOAT[c.dtype])
+    out["v"] = rng.standard_normal((c.g, c.num_heads_kv, c.seq_len_k, c.head_dim_v)).astype(v_dtype)
+    if c.with_attn_bias:
+        out["bias"] = rng.standard_normal((c.g, c.num_heads_q, c.seq_len_q, c.seq_len_k)).astype(v_dtype)
+    if c.dtype == "i8":
+        out["quant_zero_point"] = int(rng.integers(-4, 4, endpoint=True))
+        out["quant_scale"] = 1.0 / (8.0 * math.sqrt(c.head_dim_qk))
+    return out
+
+
+def assert_same_bytes(got, want):
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        g = got[key]
+        if isinstance(w, np.ndarray):
+            assert g.dtype == w.dtype and g.shape == w.shape, key
+            assert g.tobytes() == w.tobytes(), key
+        else:
+            assert g == w, key
+
+
+def sampled_configs(n, max_elements):
+    """Configs of the default sweep distribution (every dtype, bias, GQA...), small enough to test."""
+    rng = np.random.default_rng(2024)
+    drawer = ConfigDrawer(SweepSpec(samples=1, seed=0))
+    found = []
+    while len(found) < n:
+        c = drawer.draw(rng)
+        elements = (c.g * c.seq_len_k * (c.num_heads_q * c.with_attn_bias * c.seq_len_q
+                    + c.num_heads_kv * (c.head_dim_qk + c.head_dim_v)) + c.g * c.num_heads_q * c.seq_len_q * c.head_dim_qk)
+        if elements <= max_elements:
+            found.append(c)
+    return found
+
+
+@pytest.mark.parametrize("c", sampled_configs(120, 400_000), ids=lambda c: f"{c.dtype}-{c.data_seed}")
+def test_sampled_configs_draw_the_plain_bytes(c):
+    assert_same_bytes(make_inputs(c), plain_inputs(c))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "i8"])
+def test_tensors_spanning_several_draw_chunks(dtype):
+    # bias of 2*4*300*260 = 624k elements: several chunks, the last one partial
+    c = parse_config(dict(dtype=dtype, g=2, seq_len_q=300, seq_len_k=260, num_heads_q=4, num_heads_kv=2,
+                          head_dim_qk=40, head_dim_v=72, with_attn_bias=True, data_seed=987654))
+    assert_same_bytes(make_inputs(c), plain_inputs(c))
+
+
+def hard_values():
+    """float64 values where one rounding and two (through float32) differ, and the edges."""
+    rng = np.random.default_rng(5)
+    bf = rng.integers(0, 0x7F7F, 50_000).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    up = np.nextafter(bf.astype(ml_dtypes.bfloat16), ml_dtypes.bfloat16(np.inf)).astype(np.float64)
+    ties = (bf + up) / 2
+    eps = np.abs(ties) * 2.0 ** -40  # below float32 resolution: float32 rounds back onto the tie
+    parts = [
+        ties, ties + eps, ties - eps, np.nextafter(ties, np.inf), np.nextafter(ties, -np.inf),
+        rng.standard_normal(100_000), rng.standard_normal(20_000) * 10.0 ** rng.integers(-45, 39, 20_000),
+        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, 3.39e38, 1e39, -1e300, 1e-300, 2.0 ** -133,
+                  2.0 ** -134, 3 * 2.0 ** -135, 2.0 ** -149, 2.0 ** -150, 65504.0, 65520.0, 2.0 ** -25]),
+    ]
+    x = np.concatenate(parts)
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32])
+def test_narrow_f64_is_the_cast_bit_for_bit(dtype):
+    x = hard_values()
+    with np.errstate(all="ignore"):  # overflow to inf is part of the cast
+        want = x.astype(dtype)
+        got = narrow_f64(x, np.empty(x.shape, dtype=dtype))
+    assert got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
+
+
+def test_narrow_f64_cases_where_float32_alone_would_round_wrong():
+    # The test values above must contain double-rounding cases, or they prove nothing.
+    x = hard_values()
+    with np.errstate(all="ignore"):
+        via_f32 = x.astype(np.float32).astype(ml_dtypes.bfloat16)
+        direct = x.astype(ml_dtypes.bfloat16)
+    assert (via_f32.view(np.uint16) != direct.view(np.uint16)).sum() > 1000
