@@ -213,7 +213,7 @@ def bench_case(torch, timer, ours: Ours, case: Case, num_sms: int, fixed_splits:
         except Exception as exc:
             res[be] = None
             res[f"{be}_error"] = str(exc).splitlines()[0][:160]
-    auto = choose_split_kv(c, num_sms) if case.kind != "prefill" else 1
+    auto = choose_split_kv(c, num_sms, mma=ours.backend.mma_capable) if case.kind != "prefill" else 1
     run = ours.runner(replace_split(c, auto), t)
     res["ours"], res["ours_split"], res["ours_variant"] = timer(run), auto, run.variant
     ref = res.get("cudnn_out") if res.get("cudnn_out") is not None else res.get("flash_out")
@@ -255,6 +255,8 @@ def main() -> None:
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--quick", action="store_true", help="fewer shapes, no fixed-split scan (a smoke run)")
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-split scan")
+    ap.add_argument("--path", default="auto", choices=("auto", "mma", "grouped", "rowwise"),
+                    help="our kernel path (auto: mma on sm_80+ where it applies)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
 
@@ -263,6 +265,7 @@ def main() -> None:
     from kernels.cuda import CudaBackend
 
     backend = CudaBackend()
+    backend.kernel_path = a.path
     ours = Ours(backend)
     timer = Timer(torch, a.iters)
     props = torch.cuda.get_device_properties(0)

@@ -194,10 +194,11 @@ def verify(
         raw = text  # parse_config says what is wrong with it
     try:
         if isinstance(raw, dict):
-            from kernels.autosplit import resolve_split
+            from kernels.attention import resolve_config
 
-            raw = resolve_split(raw, be.device_info().multiprocessors)
-        cfg = parse_config(raw)
+            cfg = resolve_config(be, raw)
+        else:
+            cfg = parse_config(raw)
     except ValueError as exc:  # ConfigError included
         be.close()
         fail(str(exc))

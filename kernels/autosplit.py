@@ -52,16 +52,24 @@ def num_splits_heuristic(units: int, slots: int, key_tiles: int, max_splits: int
     return next(s for s in sorted(eff) if eff[s] >= share * best)
 
 
-def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int = 4, tile_keys: int = 128,
-                    max_splits: int = DEFAULT_MAX_SPLITS) -> int:
-    """The split count for `config` on a GPU with `num_sms` SMs (the config's own split_kv is ignored)."""
+def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | None = None,
+                    tile_keys: int | None = None, max_splits: int = DEFAULT_MAX_SPLITS, *,
+                    mma: bool = False) -> int:
+    """The split count for `config` on a GPU with `num_sms` SMs (the config's own split_kv is
+    ignored). `mma`: the device runs the tensor-core path. Blocks per SM and keys per tile
+    default to the variant's: the grouped path steps by 128 keys with 4 blocks per SM, the
+    mma path by its tile_n with 3 (its decode variant's register budget)."""
     from kernels.variants import select_variant
 
-    v = select_variant(replace_split(config, 1))
-    if v.path == "grouped":
+    v = select_variant(replace_split(config, 1), mma=mma)
+    if v.path in ("grouped", "mma"):
         units = config.g * config.num_heads_kv * -(-(config.gqa_ratio * config.seq_len_q) // v.block_m)
     else:
         units = config.g * config.num_heads_q * config.seq_len_q
+    if blocks_per_sm is None:
+        blocks_per_sm = 3 if v.path == "mma" else 4
+    if tile_keys is None:
+        tile_keys = v.tile_n if v.path == "mma" else 128
     key_tiles = -(-config.seq_len_k // tile_keys)
     return num_splits_heuristic(units, num_sms * blocks_per_sm, key_tiles, max_splits)
 
@@ -76,7 +84,7 @@ def with_auto_split(config: AttentionConfig, num_sms: int, **kw) -> AttentionCon
     return replace_split(config, choose_split_kv(config, num_sms, **kw))
 
 
-def resolve_split(raw: Mapping[str, Any], multiprocessors: int | None) -> dict[str, Any]:
+def resolve_split(raw: Mapping[str, Any], multiprocessors: int | None, *, mma: bool = False) -> dict[str, Any]:
     """A config's fields with `split_kv: 0` (automatic) replaced by the chosen count.
 
     0 is a library option, not a config value: sweeps sample explicit counts and results store
@@ -88,6 +96,6 @@ def resolve_split(raw: Mapping[str, Any], multiprocessors: int | None) -> dict[s
     from attnconfig import parse_config
 
     one = parse_config({**raw, "split_kv": 1, "return_lse": bool(raw.get("return_lse"))})
-    return with_auto_split(one, multiprocessors).model_dump()
+    return with_auto_split(one, multiprocessors, mma=mma).model_dump()
 
 

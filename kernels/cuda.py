@@ -86,6 +86,8 @@ class CudaBackend(DeviceBackend):
         major = self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self._dev), "cuDeviceGetAttribute")
         minor = self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._dev), "cuDeviceGetAttribute")
         self.arch = f"sm_{major}{minor}"
+        # mma.sync m16n8k16 f16/bf16, ldmatrix, cp.async; ATTNSWEEP_MMA=0 runs the portable kernels only
+        self.mma_capable = int(major) >= 8 and os.environ.get("ATTNSWEEP_MMA", "1") != "0"
         self.multiprocessors = int(self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._dev),
                                                "cuDeviceGetAttribute"))
         self.include_dir = cuda_include_dir()

@@ -54,7 +54,9 @@ COMBINE_DIMS = 16                       # value dims per combine block (ATTN_COM
 MAX_SPLITS = 1024                       # the combine's shared weights (ATTN_MAX_SPLITS)
 GROUPED_DTYPES = ("f16", "bf16", "f32")
 GROUPED_MAX_ROWS = 4                    # query rows sharing one K/V pass (more: out of registers)
-PATHS = ("rowwise", "grouped")
+MMA_DTYPES = ("f16", "bf16")            # the tensor-core path (NVIDIA sm_80+, attn_splitkv_fwd_mma)
+MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
+PATHS = ("rowwise", "grouped", "mma")
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
 
@@ -97,6 +99,7 @@ class Variant:
     threads: int = DEFAULT_THREADS
     defects: tuple[str, ...] = ()
     path: str = "rowwise"
+    tile_n: int = 0          # mma path: keys per shared-memory tile (the others step by `threads`)
 
     def __post_init__(self) -> None:
         if self.dtype not in QK_CPP:
@@ -114,6 +117,17 @@ class Variant:
                 raise ValueError("path: the grouped path needs head dims <= 256")
             if self.block_m not in (1, 2, 4, 8):
                 raise ValueError("block_m: the grouped path groups 1, 2, 4 or 8 query rows")
+        if self.path == "mma":
+            if self.dtype not in MMA_DTYPES:
+                raise ValueError(f"path: the mma path runs {MMA_DTYPES}, not {self.dtype}")
+            if GENERAL_BUCKET in (self.dqk_bucket, self.dv_bucket):
+                raise ValueError("path: the mma path needs head dims <= 256")
+            if self.block_m % 16 or self.threads % 32 or self.tile_n % 16 or self.tile_n <= 0:
+                raise ValueError("mma path: block_m and tile_n must be multiples of 16, threads of 32")
+            if self.tile_n % (self.key_groups * 16):
+                raise ValueError(f"mma path: tile_n={self.tile_n} gives a warp fewer than 16 keys")
+        elif self.tile_n:
+            raise ValueError("tile_n: only the mma path has shared-memory tiles")
         if tuple(sorted(set(self.defects))) != self.defects:
             raise ValueError("defects: must be sorted and unique")
         for d in self.defects:
@@ -123,6 +137,8 @@ class Variant:
     def name(self) -> str:
         base = (f"attn_{self.dtype}_qk{_bucket_label(self.dqk_bucket)}_v{_bucket_label(self.dv_bucket)}"
                 f"_n{self.block_n}_m{self.block_m}_t{self.threads}")
+        if self.path == "mma":
+            base += f"_k{self.tile_n}"
         if self.path != "rowwise":
             base += "_" + self.path
         if self.defects:
@@ -130,7 +146,15 @@ class Variant:
         return base
 
     @property
+    def key_groups(self) -> int:
+        """mma path: warps that split each tile's keys (WN); the others are row tiles (WM)."""
+        return self.threads // 32 // (self.block_m // 16) if self.path == "mma" else 1
+
+    @property
     def fwd_expr(self) -> str:
+        if self.path == "mma":
+            return (f"attn_splitkv_fwd_mma<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
+                    f"{self.block_n}, {self.tile_n}, {self.block_m // 16}, {self.key_groups}>")
         if self.path == "grouped":
             return (f"attn_splitkv_fwd_grouped<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
                     f"{self.block_n}, {self.threads}, {self.block_m}>")
@@ -159,13 +183,34 @@ def grouped_rows(config: AttentionConfig) -> int:
     return rb
 
 
+def mma_applies(config: AttentionConfig) -> bool:
+    """The tensor-core path's conditions: f16/bf16, head dims multiples of 8 up to 256 (16-byte
+    chunks; the bucket's rest is zero-filled), Q, K and V rows contiguous (not transposed)."""
+    c = config
+    return (c.dtype in MMA_DTYPES and c.head_dim_qk <= 256 and c.head_dim_v <= 256
+            and c.head_dim_qk % 8 == 0 and c.head_dim_v % 8 == 0
+            and not (c.trans_q or c.trans_k or c.trans_v))
+
+
+def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[str, int]:
+    """block_m, threads and tile_n of the mma path. Decode (a kv head's rows fit one 16-row
+    tile): one row tile, the tile's keys split over 16-key warp groups. Otherwise four row
+    tiles of 16. 64-key tiles, 32 where both head dims together pass 256 (48 KB of shared
+    memory per block)."""
+    tile_n = 64 if dqk_bucket + dv_bucket <= 256 else 32
+    if config.gqa_ratio * config.seq_len_q <= MMA_DECODE_ROWS:
+        return {"block_m": 16, "threads": 32 * (tile_n // 16), "tile_n": tile_n}
+    return {"block_m": 64, "threads": 128, "tile_n": tile_n}
+
+
 def select_variant(config: AttentionConfig, defects: frozenset[str] | Sequence[str] = (),
-                   path: str = "auto") -> Variant:
+                   path: str = "auto", *, mma: bool = False) -> Variant:
     """The variant a config runs on. Raises NotApplicable only past the launch limits.
 
-    `auto` takes the grouped path (K/V read once per group of query rows, 16-byte loads) where
-    it applies — f16, bf16, f32 with both head dims <= 256 — and the rowwise path elsewhere;
-    `rowwise` forces the rowwise path (to compare the two on one config)."""
+    `auto` takes the mma path (tensor cores) where the device has it (`mma`: NVIDIA sm_80 and
+    newer) and mma_applies, else the grouped path (K/V read once per group of query rows,
+    16-byte loads) where it applies — f16, bf16, f32 with both head dims <= 256 — and the
+    rowwise path elsewhere; a named path forces that path (to compare them on one config)."""
     rows = config.g * config.num_heads_q * config.seq_len_q
     if rows > MAX_GRID_X:
         raise NotApplicable("grid_too_large", f"g*num_heads_q*seq_len_q={rows} > {MAX_GRID_X}")
@@ -177,6 +222,12 @@ def select_variant(config: AttentionConfig, defects: frozenset[str] | Sequence[s
     grouped = config.dtype in GROUPED_DTYPES and GENERAL_BUCKET not in (dqk, dv)
     if path == "grouped" and not grouped:
         raise NotApplicable("path_not_applicable", "the grouped path needs f16/bf16/f32 and head dims <= 256")
+    if path == "mma" and not (mma and mma_applies(config)):
+        raise NotApplicable("path_not_applicable", "the mma path needs an NVIDIA sm_80+ GPU, f16/bf16, head dims "
+                            "multiples of 8 up to 256 and untransposed Q, K, V")
+    if path == "mma" or (path == "auto" and mma and mma_applies(config)):
+        return Variant(dtype=config.dtype, dqk_bucket=dqk, dv_bucket=dv, defects=tuple(sorted(set(defects))),
+                       path="mma", **mma_shape(config, dqk, dv))
     if path == "rowwise" or not grouped:
         return Variant(dtype=config.dtype, dqk_bucket=dqk, dv_bucket=dv, defects=tuple(sorted(set(defects))))
     return Variant(dtype=config.dtype, dqk_bucket=dqk, dv_bucket=dv, block_m=grouped_rows(config),
@@ -265,7 +316,7 @@ def fwd_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int]
         i32(c.split_kv), i32(1 if split else 0), i32(1 if c.causal else 0), f32(scale),
         f32(quant_scale), i32(quant_zero_point),
     )
-    if variant.path == "grouped":
+    if variant.path in ("grouped", "mma"):
         groups = -(-(c.gqa_ratio * sq) // variant.block_m)
         grid_x = g * hkv * groups
     else:
@@ -423,11 +474,13 @@ class DeviceBackend(Backend, abc.ABC):
         """Make this backend's device current in the calling thread."""
 
     # -- prepare --------------------------------------------------------------------------------
-    #: "auto" (grouped where it applies), or "rowwise" to force the rowwise path (tests, benchmarks)
+    #: "auto" (the fastest path that applies), or a path of PATHS to force it (tests, benchmarks)
     kernel_path: str = "auto"
+    #: whether the device runs the mma path (NVIDIA sm_80+); set by the subclass constructor
+    mma_capable: bool = False
 
     def variant_for(self, config: AttentionConfig) -> Variant:
-        return select_variant(config, self.defects, self.kernel_path)
+        return select_variant(config, self.defects, self.kernel_path, mma=self.mma_capable)
 
     def cache_key_fields(self, variant: Variant, options: list[str]) -> dict[str, Any]:
         return {

@@ -24,7 +24,9 @@ def variant_key(config: AttentionConfig, defects: Sequence[str] = ()) -> str:
     from kernels.variants import select_variant
 
     try:
-        return select_variant(config, frozenset(defects)).name
+        # mma=True: its variants partition configs more finely than any other device's, so a
+        # batch holds one variant whatever GPU runs it.
+        return select_variant(config, frozenset(defects), mma=True).name
     except NotApplicable as exc:
         return f"not_applicable:{exc.reason}"
 

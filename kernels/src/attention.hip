@@ -556,6 +556,395 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
     }
 }
 
+// ---- the tensor-core split kernel (NVIDIA sm_80 and newer) ---------------------------------
+// attn_splitkv_fwd_mma<T, DQK_B, DV_B, BLOCK_N, BN, WM, WN>: the same contract, arguments and
+// outputs as attn_splitkv_fwd, for f16/bf16 with head dims that are multiples of 8 up to 256,
+// Q/K/V rows contiguous and 16-byte aligned (no transposed Q, K or V). An architecture-specific
+// fast path (mma.sync m16n8k16 with f32 accumulators, ldmatrix, cp.async): the grouped and
+// rowwise kernels above stay the portable path, and the host picks this one only on NVIDIA
+// GPUs of compute capability 8.0 or newer (kernels/variants.py).
+//   grid  = (g * hkv * ceil(hq/hkv * sq / (16*WM)), S), block = 32*WM*WN threads.
+// A block serves 16*WM rows of one kv head (the grouped path's head-major packing: decode's GQA
+// rows share one K/V pass), warp (wm, wn) the rows 16*wm.. and, of every tile of BN keys, the
+// keys wn*BN/WN..: prefill runs WM = 4 row tiles, decode WN = BN/16 key groups whose softmax
+// states merge once at the end. K and V tiles go to shared memory by cp.async, V of tile t
+// while S = Q.K^T of tile t is computed and K of tile t+1 while P.V of tile t is, as
+// FlashAttention 2 does. P is rounded to T for P.V (SPEC §1 allows it); l sums the f32 P.
+// Split boundaries, masks, guards and defect switches are those of attn_splitkv_fwd.
+#if defined(ATTN_HAVE_MMA_SM80)
+
+__device__ __forceinline__ unsigned attn_smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled (nothing read) when !valid.
+__device__ __forceinline__ void attn_cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(attn_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void attn_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void attn_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+__device__ __forceinline__ void attn_ldsm_x4(unsigned (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(attn_smem_addr(p)) : "memory");
+}
+__device__ __forceinline__ void attn_ldsm_x4_trans(unsigned (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(attn_smem_addr(p)) : "memory");
+}
+
+// c += a.b for a 16x16 (row) by 16x8 (col) product, f32 accumulators.
+__device__ __forceinline__ void attn_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, __half) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void attn_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, __hip_bfloat16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T, the first in the low half (the lower column of a fragment).
+__device__ __forceinline__ unsigned attn_pack2(float a, float b, __half) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned attn_pack2(float a, float b, __hip_bfloat16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<unsigned*>(&h);
+}
+
+// Blocks per SM the register budget of the decode shape (WN > 1) must allow: decode is memory
+// bound, and only resident blocks keep loads in flight.
+#ifndef ATTN_MMA_DECODE_MIN_BLOCKS
+#define ATTN_MMA_DECODE_MIN_BLOCKS 3
+#endif
+
+template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN>
+__global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLOCKS : 1) attn_splitkv_fwd_mma(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+    const T* __restrict__ bias, T* __restrict__ o, float* __restrict__ lse,
+    float* __restrict__ o_part, float* __restrict__ lse_part,
+    const int* __restrict__ prefix_offset, const int* __restrict__ current_seq_len,
+    int g, int hq, int hkv, int sq, int sk, int dqk, int dv,
+    long long q_sb, long long q_sh, long long q_ss, long long q_sd,
+    long long k_sb, long long k_sh, long long k_ss, long long k_sd,
+    long long v_sb, long long v_sh, long long v_ss, long long v_sd,
+    long long o_sb, long long o_sh, long long o_ss, long long o_sd,
+    int num_splits, int write_partials, int causal, float qk_scale,
+    float quant_scale, int quant_zero_point)
+{
+    constexpr int NT = 32 * WM * WN;
+    constexpr int BM = 16 * WM;            // rows of the block
+    constexpr int NKW = BN / WN;           // keys of a warp per tile
+    constexpr int NST = NKW / 8;           // 8-key column tiles of a warp's S
+    constexpr int KQ = DQK_B / 16;         // k steps of Q.K^T
+    constexpr int NOV = DV_B / 8;          // 8-dim column tiles of O
+    constexpr int KS = DQK_B + 8;          // shared row strides: +16 bytes puts the 8 rows an
+    constexpr int VS = DV_B + 8;           // ldmatrix reads in different banks
+    constexpr int CK = DQK_B / 8, CV = DV_B / 8;   // 16-byte chunks of a K / V row
+    constexpr int TILE_BYTES = BN * (KS + VS) * (int)sizeof(T);
+    constexpr int MERGE_BYTES = (WN / 2) * WM * 16 * (DV_B + 2) * (int)sizeof(float);
+    constexpr int SMEM = TILE_BYTES > MERGE_BYTES ? TILE_BYTES : MERGE_BYTES;
+    static_assert(DQK_B % 16 == 0 && DV_B % 16 == 0 && DQK_B <= 256 && DV_B <= 256, "mma path: head dims");
+    static_assert(NKW % 16 == 0 && (WN & (WN - 1)) == 0, "mma path: a warp takes a multiple of 16 keys per tile");
+    static_assert(SMEM <= 48 * 1024, "mma path: static shared memory");
+    static_assert(NT % CK == 0 && NT % CV == 0 && (BN * CK) % NT == 0 && (BN * CV) % NT == 0, "mma path: tile loads");
+
+    __shared__ __align__(16) unsigned char smem[SMEM];
+    T* k_s = reinterpret_cast<T*>(smem);
+    T* v_s = k_s + BN * KS;
+
+    const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp % WM, wn = warp / WM;
+    const int gq = lane >> 2, tq = lane & 3;    // fragment row and column pair of this lane
+
+    const int ratio = hq / hkv;
+    const int rows_per_kv = ratio * sq;
+    const int groups = (rows_per_kv + BM - 1) / BM;
+    const int grp = (int)(blockIdx.x % (unsigned)groups);
+    const long long bk = (long long)(blockIdx.x / (unsigned)groups);   // b * hkv + kvh
+    const int kvh = (int)(bk % hkv);
+    const int b = (int)(bk / hkv);
+    const int split = (int)blockIdx.y;
+    const long long rows = (long long)g * hq * sq;
+
+    const int last_key = current_seq_len ? current_seq_len[b] : sk - 1;
+    const int n_blocks = (last_key + BLOCK_N) / BLOCK_N;
+#ifdef ATTN_DEFECT_FLOOR_BLOCKS_PER_SPLIT
+    const int blocks_per_split = n_blocks / num_splits;
+#else
+    const int blocks_per_split = (n_blocks + num_splits - 1) / num_splits;
+#endif
+    const int blk_begin = min(split * blocks_per_split, n_blocks);
+    const int blk_end = min(blk_begin + blocks_per_split, n_blocks);
+    const int key_begin = blk_begin * BLOCK_N;
+    const int key_end = min(blk_end * BLOCK_N, last_key + 1);
+    const long long prefix = (causal && prefix_offset) ? (long long)prefix_offset[b] : 0;
+#ifdef ATTN_DEFECT_CAUSAL_OFF_BY_ONE
+    const long long causal_shift = prefix - 1;   // row qi sees keys j <= qi + causal_shift
+#else
+    const long long causal_shift = prefix;
+#endif
+
+    // The two rows of this lane (fragment rows gq and gq + 8 of its warp's row tile).
+    bool rvalid[2];
+    long long rowid[2], vis_last[2];
+    int rh[2], rq[2];
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        const int rr = grp * BM + wm * 16 + gq + 8 * x;
+        rvalid[x] = rr < rows_per_kv;
+        rh[x] = kvh * ratio + (rvalid[x] ? rr / sq : 0);
+        rq[x] = rvalid[x] ? rr % sq : 0;
+        rowid[x] = ((long long)b * hq + rh[x]) * sq + rq[x];
+        vis_last[x] = causal ? (long long)rq[x] + causal_shift : (long long)key_end - 1;
+    }
+
+    // Keys past the last one any row of the block sees are not walked: a causal prefill's
+    // upper triangle. rocMLIR's kernel walked them; the -inf guard's defect needs that walk.
+    int loop_end = key_end;
+#ifndef ATTN_DEFECT_NO_NEGINF_GUARD
+    if (causal) {
+        const int first = grp * BM, last = min(first + BM, rows_per_kv) - 1;
+        const int max_qi = (last / sq != first / sq) ? sq - 1 : last % sq;
+        loop_end = (int)min((long long)key_end, max((long long)key_begin, (long long)max_qi + causal_shift + 1));
+    }
+#endif
+
+    // A fragments of this warp's Q rows, for every k step (zero past dqk and for padding rows).
+    unsigned qf[KQ][4];
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const int r = x & 1, d = kk * 16 + tq * 2 + (x >> 1) * 8;
+            const T* qp = q + (long long)b * q_sb + (long long)rh[r] * q_sh + (long long)rq[r] * q_ss + d;
+            qf[kk][x] = (rvalid[r] && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
+        }
+
+    const T* kp = k + (long long)b * k_sb + (long long)kvh * k_sh;
+    const T* vp = v + (long long)b * v_sb + (long long)kvh * v_sh;
+    // Thread tid loads 16-byte chunk tid % chunks of rows tid / chunks + i * NT / chunks: one
+    // pointer per tile, stepped by a row stride (per-chunk addresses would cost registers).
+    auto load_tile = [&](T* dst, const T* src, long long ss, int stride, int chunks, int dmax, int j0) {
+        const int rstep = NT / chunks, key0 = tid / chunks, d0 = (tid % chunks) * 8;
+        const bool d_ok = d0 < dmax;
+        T* dp = dst + key0 * stride + d0;
+        const T* sp = src + (long long)(j0 + key0) * ss + d0;
+#pragma unroll
+        for (int i = 0; i < BN * chunks / NT; ++i) {
+            const bool ok = d_ok && j0 + key0 + i * rstep < loop_end;   // zeros past the keys: P.V reads them
+            attn_cp_async16(dp + i * rstep * stride, ok ? sp : src, ok);
+            sp += rstep * ss;
+        }
+    };
+
+    float m[2] = {ATTN_NEG_INF, ATTN_NEG_INF};
+    float l[2] = {0.0f, 0.0f};      // this lane's share of the row sums
+    float acc[NOV][4];
+#pragma unroll
+    for (int n = 0; n < NOV; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+
+    const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
+    if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, dqk, key_begin);
+    attn_cp_commit();
+    for (int t = 0; t < n_tiles; ++t) {
+        const int j0 = key_begin + t * BN;
+        attn_cp_wait<0>();
+        __syncthreads();                      // K(t) is in; every warp is past P.V(t-1)
+        load_tile(v_s, vp, v_ss, VS, CV, dv, j0);
+        attn_cp_commit();
+
+        float s[NST][4];
+#pragma unroll
+        for (int n = 0; n < NST; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+            for (int np = 0; np < NST / 2; ++np) {
+                unsigned r[4];
+                const int key = wn * NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+                attn_ldsm_x4(r, k_s + key * KS + kk * 16 + ((lane >> 3) & 1) * 8);
+                attn_mma(s[2 * np], qf[kk], r[0], r[1], T());
+                attn_mma(s[2 * np + 1], qf[kk], r[2], r[3], T());
+            }
+        __syncthreads();                      // every warp is done with K(t)
+        if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, dqk, j0 + BN);
+        attn_cp_commit();
+
+        // Masks, scale, bias, then the online softmax of the lane's two rows.
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            float mx = ATTN_NEG_INF;
+            const int jw = j0 + wn * NKW;       // the warp's first key of this tile
+            if (!bias && rvalid[x] && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
+                // every key visible (a prefill's tiles below the diagonal): scale only
+#pragma unroll
+                for (int n = 0; n < NST; ++n)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        s[n][2 * x + e] *= qk_scale;
+                        mx = fmaxf(mx, s[n][2 * x + e]);
+                    }
+            } else {
+#pragma unroll
+                for (int n = 0; n < NST; ++n)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int j = jw + n * 8 + tq * 2 + e;
+                        const bool vis = rvalid[x] && j < key_end && (long long)j <= vis_last[x];
+                        float val = s[n][2 * x + e] * qk_scale;
+                        if (vis && bias) val += attn_to_float(bias[rowid[x] * (long long)sk + j]);
+                        val = vis ? val : ATTN_NEG_INF;
+                        s[n][2 * x + e] = val;
+                        mx = fmaxf(mx, val);
+                    }
+            }
+            mx = fmaxf(mx, ATTN_SHFL_XOR(mx, 1));
+            mx = fmaxf(mx, ATTN_SHFL_XOR(mx, 2));
+            const float m_new = fmaxf(m[x], mx);
+#ifdef ATTN_DEFECT_NO_NEGINF_GUARD
+            const float m_use = m_new;
+#else
+            const float m_use = (m_new == ATTN_NEG_INF) ? 0.0f : m_new;
+#endif
+            // __expf (ex2.approx): prefill is bound by these; its error (~1e-5 relative here)
+            // is far below P's rounding to T.
+            const float alpha = __expf(m[x] - m_use);
+            m[x] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NST; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float p = __expf(s[n][2 * x + e] - m_use);
+                    s[n][2 * x + e] = p;
+                    sum += p;
+                }
+            l[x] = l[x] * alpha + sum;
+#pragma unroll
+            for (int n = 0; n < NOV; ++n) {
+                acc[n][2 * x] *= alpha;
+                acc[n][2 * x + 1] *= alpha;
+            }
+        }
+
+        attn_cp_wait<1>();
+        __syncthreads();                      // V(t) is in (K(t+1) may still be on its way)
+#pragma unroll
+        for (int kk = 0; kk < NKW / 16; ++kk) {
+            // The S accumulators of two 8-key tiles are the A fragment of one 16-key step.
+            unsigned a[4];
+            a[0] = attn_pack2(s[2 * kk][0], s[2 * kk][1], T());
+            a[1] = attn_pack2(s[2 * kk][2], s[2 * kk][3], T());
+            a[2] = attn_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], T());
+            a[3] = attn_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], T());
+            const int key = wn * NKW + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+            for (int np = 0; np < NOV / 2; ++np) {
+                unsigned r[4];
+                attn_ldsm_x4_trans(r, v_s + key * VS + np * 16 + (lane >> 4) * 8);
+                attn_mma(acc[2 * np], a, r[0], r[1], T());
+                attn_mma(acc[2 * np + 1], a, r[2], r[3], T());
+            }
+        }
+    }
+    attn_cp_wait<0>();
+
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        l[x] += ATTN_SHFL_XOR(l[x], 1);
+        l[x] += ATTN_SHFL_XOR(l[x], 2);
+    }
+
+    // Merge the key groups' states (WN > 1): in rounds, warps wn in [h, 2h) hand theirs to wn - h.
+    if (WN > 1) {
+        float* ms = reinterpret_cast<float*>(smem);
+        constexpr int SLOT = 16 * (DV_B + 2);   // m[16], l[16], o[16][DV_B]
+#pragma unroll
+        for (int h = WN / 2; h >= 1; h /= 2) {
+            __syncthreads();                  // the tiles, or the last round's slots, are free
+            if (wn >= h && wn < 2 * h) {
+                float* slot = ms + ((wn - h) * WM + wm) * SLOT;
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    const int r = gq + 8 * x;
+                    if (tq == 0) { slot[r] = m[x]; slot[16 + r] = l[x]; }
+#pragma unroll
+                    for (int n = 0; n < NOV; ++n) {
+                        slot[32 + r * DV_B + n * 8 + tq * 2] = acc[n][2 * x];
+                        slot[32 + r * DV_B + n * 8 + tq * 2 + 1] = acc[n][2 * x + 1];
+                    }
+                }
+            }
+            __syncthreads();
+            if (wn < h) {
+                const float* slot = ms + (wn * WM + wm) * SLOT;
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    const int r = gq + 8 * x;
+                    const float mo = slot[r], lo = slot[16 + r];
+                    const float mt = fmaxf(m[x], mo);
+                    const float mu = (mt == ATTN_NEG_INF) ? 0.0f : mt;
+                    const float sa = expf(m[x] - mu), sb = expf(mo - mu);
+                    m[x] = mt;
+                    l[x] = l[x] * sa + lo * sb;
+#pragma unroll
+                    for (int n = 0; n < NOV; ++n) {
+                        acc[n][2 * x] = acc[n][2 * x] * sa + slot[32 + r * DV_B + n * 8 + tq * 2] * sb;
+                        acc[n][2 * x + 1] = acc[n][2 * x + 1] * sa + slot[32 + r * DV_B + n * 8 + tq * 2 + 1] * sb;
+                    }
+                }
+            }
+        }
+    }
+    if (wn != 0) return;
+
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        if (!rvalid[x]) continue;
+#ifdef ATTN_DEFECT_NO_ZERO_SUM_GUARD
+        const bool empty = false;
+#else
+        const bool empty = (l[x] == 0.0f);
+#endif
+        const float inv_l = empty ? 0.0f : 1.0f / l[x];
+        const float lse_val = empty ? ATTN_NEG_INF : m[x] + logf(l[x]);
+        const long long row = rowid[x];
+        if (write_partials) {
+            float* op = o_part + ((long long)split * rows + row) * (long long)dv;
+#pragma unroll
+            for (int n = 0; n < NOV; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int d = n * 8 + tq * 2 + e;
+                    if (d < dv) op[d] = empty ? 0.0f : acc[n][2 * x + e] * inv_l;
+                }
+            if (tq == 0) lse_part[(long long)split * rows + row] = lse_val;
+        } else {
+            T* op = o + (long long)b * o_sb + (long long)rh[x] * o_sh + (long long)rq[x] * o_ss;
+#pragma unroll
+            for (int n = 0; n < NOV; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int d = n * 8 + tq * 2 + e;
+                    if (d < dv) op[(long long)d * o_sd] = attn_from_float<T>(empty ? 0.0f : acc[n][2 * x + e] * inv_l);
+                }
+            if (lse && tq == 0) lse[row] = lse_val;
+        }
+    }
+}
+#endif  // ATTN_HAVE_MMA_SM80
+
 // ---- the combine kernel --------------------------------------------------------------------
 // attn_splitkv_combine<OT, LT, NT>
 //   grid = (g*Hq*Sq, ceil(dv / ATTN_COMBINE_DIMS)), block = NT (a multiple of ATTN_COMBINE_DIMS).

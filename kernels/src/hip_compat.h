@@ -10,6 +10,8 @@
 // __syncthreads, __launch_bounds__, expf/logf/fmaxf/fminf, and ATTN_SHFL_XOR(x, m): x of the
 // lane whose index differs in the bits of m, for m < 32 (so within a 32-lane group on NVIDIA's
 // 32-lane warps and AMD's 64-lane wavefronts alike). Every lane of the block must reach it.
+// ATTN_HAVE_MMA_SM80 is defined where NVIDIA's sm_80+ instructions may be used (the one
+// architecture-specific path of the kernels); nothing else depends on the platform.
 #ifndef ATTNSWEEP_HIP_COMPAT_H
 #define ATTNSWEEP_HIP_COMPAT_H
 
@@ -46,6 +48,10 @@ typedef __nv_bfloat16 __hip_bfloat16;  // hip/nvidia_detail/nvidia_hip_bf16.h do
 #define hipBlockDim_x blockDim.x
 #define ATTN_PLATFORM_NAME "hip-nvidia"
 #define ATTN_SHFL_XOR(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
+// Tensor-core fast path (attention.hip's attn_splitkv_fwd_mma: mma.sync, ldmatrix, cp.async).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define ATTN_HAVE_MMA_SM80 1
+#endif
 
 #else
 #error "hip_compat.h: compile with hiprtc/hipcc (ROCm), NVRTC/nvcc (NVIDIA) or -DATTN_HOST_EMULATION"

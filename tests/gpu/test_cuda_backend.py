@@ -16,6 +16,7 @@ import pytest
 from attnconfig import AttentionConfig
 from attnconfig.footprint import splitkv_extra_bytes
 from kernels.backend import DEFECTS, BackendUnavailable
+from kernels.variants import mma_applies
 
 pytestmark = pytest.mark.gpu
 
@@ -215,7 +216,8 @@ def test_verify_with_automatic_split_runs_the_count_chosen_for_this_gpu(cuda_bac
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    expected = choose_split_kv(AttentionConfig(**{**raw, "split_kv": 1}), cuda_backend.device_info().multiprocessors)
+    expected = choose_split_kv(AttentionConfig(**{**raw, "split_kv": 1}), cuda_backend.device_info().multiprocessors,
+                               mma=cuda_backend.mma_capable)
     assert out["outcome"] == "pass" and out["split_kv"] == expected > 1
 
 
@@ -244,6 +246,87 @@ def test_feature_matrix_on_the_rowwise_path_too(cuda_backend, c):
     assert not fails, (c.to_json(), fails)
 
 
+def test_feature_matrix_on_the_grouped_path_too(cuda_backend):
+    """The configs the mma path takes by default, forced onto the portable grouped path."""
+    if not cuda_backend.mma_capable:
+        pytest.skip("this GPU has no mma path: the feature matrix already ran the grouped path")
+    bad = []
+    cuda_backend.kernel_path = "grouped"
+    try:
+        for c in [c for c in GROUPED_CASES if mma_applies(c)]:
+            inputs, prepared, res = _run(cuda_backend, c)
+            assert prepared.variant.endswith("_grouped")
+            fails, _ = check_run(c, inputs, res, prepared.block_n)
+            if fails:
+                bad.append((c.to_json(), fails))
+    finally:
+        cuda_backend.kernel_path = "auto"
+    assert not bad
+
+
+def as_mma(c: AttentionConfig) -> AttentionConfig:
+    """`c` made eligible for the mma path: f16/bf16, head dims rounded up to multiples of 8 (at
+    most 256), Q, K and V untransposed."""
+    raw = c.model_dump()
+    raw.update(dtype=c.dtype if c.dtype in ("f16", "bf16") else ("bf16" if c.data_seed % 2 else "f16"),
+               head_dim_qk=min(256, -(-c.head_dim_qk // 8) * 8), head_dim_v=min(256, -(-c.head_dim_v // 8) * 8),
+               trans_q=False, trans_k=False, trans_v=False)
+    return AttentionConfig(**raw)
+
+
+# The mma path's own corners: decode rows packed across GQA heads (1 to 16 rows of a kv head),
+# prefill row tiles that straddle two heads, causal tiles skipped, the 32-key tiles of big head
+# dims, bucket padding (dims 40, 80, 192), ragged caches and split boundaries off the tile.
+MMA_CASES = [as_mma(c) for c in CASES] + [
+    cfg(dtype="f16", g=2, num_heads_q=32, num_heads_kv=8, seq_len_q=1, seq_len_k=5000, head_dim_qk=128,
+        head_dim_v=128, split_kv=8, return_lse=True, current_seq_len=[4999, 1234]),
+    cfg(dtype="bf16", g=1, num_heads_q=16, num_heads_kv=1, seq_len_q=1, seq_len_k=3000, head_dim_qk=128,
+        head_dim_v=128, split_kv=32, return_lse=True, causal=True, prefix_offset=[2999]),
+    cfg(dtype="f16", g=1, num_heads_q=8, num_heads_kv=2, seq_len_q=4, seq_len_k=777, head_dim_qk=256,
+        head_dim_v=256, split_kv=3, return_lse=True, with_attn_bias=True),
+    cfg(dtype="bf16", g=2, num_heads_q=6, num_heads_kv=2, seq_len_q=37, seq_len_k=300, head_dim_qk=40,
+        head_dim_v=80, causal=True, prefix_offset=[0, 250], split_kv=2, return_lse=True),
+    cfg(dtype="f16", g=1, num_heads_q=4, num_heads_kv=4, seq_len_q=300, seq_len_k=300, head_dim_qk=192,
+        head_dim_v=64, causal=True, with_attn_bias=True),
+    cfg(dtype="bf16", g=1, num_heads_q=2, num_heads_kv=2, seq_len_q=130, seq_len_k=2000, head_dim_qk=256,
+        head_dim_v=256, causal=True, prefix_offset=[1800], split_kv=4, return_lse=True),
+    cfg(dtype="f16", g=3, num_heads_q=1, num_heads_kv=1, seq_len_q=1, seq_len_k=100, head_dim_qk=64,
+        head_dim_v=64, current_seq_len=[0, 31, 99], split_kv=16, return_lse=True, trans_o=True),
+    cfg(dtype="f16", g=1, num_heads_q=16, num_heads_kv=16, seq_len_q=64, seq_len_k=64, head_dim_qk=32,
+        head_dim_v=32, with_attn_scale=False),
+]
+
+
+@pytest.mark.parametrize("c", MMA_CASES, ids=lambda c: f"{c.dtype}-{c.content_hash()[:8]}")
+def test_mma_path_matches_reference(cuda_backend, c):
+    if not cuda_backend.mma_capable:
+        pytest.skip("this GPU has no mma path")
+    cuda_backend.kernel_path = "mma"
+    try:
+        inputs, prepared, res = _run(cuda_backend, c)
+    finally:
+        cuda_backend.kernel_path = "auto"
+    assert prepared.variant.endswith("_mma")
+    fails, _ = check_run(c, inputs, res, prepared.block_n)
+    assert not fails, (c.to_json(), fails)
+
+
+def test_random_configs_on_the_mma_path(cuda_backend):
+    if not cuda_backend.mma_capable:
+        pytest.skip("this GPU has no mma path")
+    bad = []
+    cuda_backend.kernel_path = "mma"
+    try:
+        for c in map(as_mma, random_configs(120, seed=11)):
+            inputs, prepared, res = _run(cuda_backend, c)
+            fails, _ = check_run(c, inputs, res, prepared.block_n)
+            if fails:
+                bad.append((c.to_json(), fails))
+    finally:
+        cuda_backend.kernel_path = "auto"
+    assert not bad, bad[:5]
+
+
 def test_random_configs_match_reference(cuda_backend):
     bad = []
     for c in random_configs(60, seed=1):
@@ -254,7 +337,7 @@ def test_random_configs_match_reference(cuda_backend):
     assert not bad
 
 
-@pytest.mark.parametrize("path", ["auto", "rowwise"])
+@pytest.mark.parametrize("path", ["auto", "rowwise", "grouped", "mma"])
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
 def test_each_defect_is_caught(defect, path):
     from kernels.cache import KernelCache
@@ -267,12 +350,19 @@ def test_each_defect_is_caught(defect, path):
         pytest.skip(f"no usable CUDA GPU: {exc}")
     backend.kernel_path = path
     c = DEFECT_CASES[defect]
+    if path == "mma":
+        if not backend.mma_capable:
+            pytest.skip("this GPU has no mma path")
+        c = as_mma(c)
     inputs, prepared, res = _run(backend, c)
+    if path in ("grouped", "mma"):
+        assert f"_{path}_defect-" in prepared.variant
     assert defect in prepared.variant
     fails, _ = check_run(c, inputs, res, prepared.block_n)
     assert fails, f"{defect} not caught on {c.to_json()}"
     # the same config passes without the defect
     clean = CudaBackend(cache=KernelCache())
+    clean.kernel_path = path
     inputs, prepared, res = _run(clean, c)
     assert not check_run(c, inputs, res, prepared.block_n)[0]
 

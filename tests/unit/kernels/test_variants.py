@@ -387,3 +387,32 @@ def test_compile_error_carries_the_log(tmp_path, monkeypatch):
         backend.prepare(cfg(dtype="f32", head_dim_qk=500))
     assert "error" in e.value.log.lower()
     assert not list(tmp_path.glob("*.bin"))
+
+
+def test_library_call_resolves_split_kv_zero_for_the_device(tmp_path):
+    """kernels.attention: split_kv 0 runs the automatic count sized to the device's SMs; the
+    config that ran comes back and its outputs match the reference."""
+    from dataclasses import replace
+
+    from kernels import get_backend
+    from kernels.attention import attention
+    from kernels.autosplit import choose_split_kv
+
+    class EmuWithSMs(HostEmuBackend):
+        def device_info(self) -> DeviceInfo:
+            return replace(super().device_info(), multiprocessors=2)
+
+    backend = EmuWithSMs(cache=KernelCache(tmp_path, enabled=True))
+    raw = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=2000, num_heads_q=2, num_heads_kv=1,
+               head_dim_qk=16, head_dim_v=16, split_kv=0)
+    ran, out = attention(backend, raw)
+    expected = choose_split_kv(AttentionConfig(**{**raw, "split_kv": 1}), 2)
+    assert ran.split_kv == expected > 1 and ran.return_lse
+    assert out.o_partials.shape[0] == expected
+    from reference.inputs import make_inputs
+
+    _check_against_reference(ran, make_inputs(ran), out, 32, 1e-2)
+    # an explicit count is kept, and the cpu emulation (no SMs) refuses 0, naming the field
+    assert attention(backend, {**raw, "split_kv": 3, "return_lse": True})[0].split_kv == 3
+    with pytest.raises(ValueError, match="split_kv"):
+        attention(get_backend("cpu"), raw)

@@ -1,0 +1,138 @@
+"""The tensor-core (mma) path: which configs take it, its variants and launch plan, and that
+attention.hip's NVIDIA-only kernel compiles for sm_80 and sm_90 with nvcc where nvcc exists.
+
+It runs only on NVIDIA GPUs (inline PTX: mma.sync, ldmatrix, cp.async), so the host emulation
+cannot run it; tests/gpu runs it against the reference. Compiling it here catches a broken
+source before a GPU does, and ptxas's report shows whether the decode variants keep their
+accumulators in registers.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from attnconfig import AttentionConfig
+from kernels.autosplit import choose_split_kv
+from kernels.backend import NotApplicable
+from kernels.variants import SRC_DIR, Variant, fwd_launch, mma_applies, select_variant
+from workers.enqueue import variant_key
+
+
+def cfg(**kw) -> AttentionConfig:
+    base = dict(dtype="f16", g=2, seq_len_q=1, seq_len_k=4096, num_heads_q=32, num_heads_kv=8,
+                head_dim_qk=128, head_dim_v=128)
+    base.update(kw)
+    return AttentionConfig(**base)
+
+
+def test_mma_takes_f16_bf16_with_contiguous_rows_and_dims_multiple_of_8():
+    assert mma_applies(cfg()) and mma_applies(cfg(dtype="bf16", head_dim_qk=80, head_dim_v=256))
+    for bad in (dict(dtype="f32"), dict(dtype="i8"), dict(head_dim_qk=300), dict(head_dim_v=36),
+                dict(trans_q=True), dict(trans_k=True), dict(trans_v=True)):
+        assert not mma_applies(cfg(**bad)), bad
+    assert mma_applies(cfg(trans_o=True))     # O is written element by element
+
+
+def test_auto_takes_mma_only_where_the_device_has_it():
+    c = cfg()
+    assert select_variant(c).path == "grouped"
+    v = select_variant(c, mma=True)
+    assert v.path == "mma"
+    assert select_variant(cfg(trans_k=True), mma=True).path == "grouped"
+    assert select_variant(cfg(dtype="f32"), mma=True).path == "grouped"
+    assert select_variant(cfg(dtype="i8"), mma=True).path == "rowwise"
+    assert select_variant(c, path="grouped", mma=True).path == "grouped"
+    with pytest.raises(NotApplicable) as e:
+        select_variant(c, path="mma")            # forced, but the device has no mma
+    assert e.value.reason == "path_not_applicable"
+    with pytest.raises(NotApplicable):
+        select_variant(cfg(dtype="f32"), path="mma", mma=True)
+
+
+def test_decode_splits_tiles_by_keys_and_prefill_by_rows():
+    dec = select_variant(cfg(), mma=True)               # 4 rows per kv head
+    assert (dec.block_m, dec.threads, dec.tile_n, dec.key_groups) == (16, 128, 64, 4)
+    assert dec.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 1, 4>"
+    assert dec.name == "attn_f16_qk128_v128_n32_m16_t128_k64_mma"
+    big = select_variant(cfg(dtype="bf16", head_dim_qk=256, head_dim_v=192), mma=True)   # 48 KB: 32-key tiles
+    assert (big.tile_n, big.threads, big.key_groups) == (32, 64, 2)
+    assert big.fwd_expr == "attn_splitkv_fwd_mma<__hip_bfloat16, 256, 256, 32, 32, 1, 2>"
+    pre = select_variant(cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512), mma=True)
+    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups) == (64, 128, 64, 1)
+    assert pre.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 4, 1>"
+    # 17 rows per kv head no longer fit one row tile
+    assert select_variant(cfg(seq_len_q=17, num_heads_q=8, num_heads_kv=8), mma=True).block_m == 64
+
+
+def test_mma_variants_are_checked_and_named_apart():
+    with pytest.raises(ValueError, match="mma path runs"):
+        Variant("f32", 128, 128, block_m=16, threads=128, tile_n=64, path="mma")
+    with pytest.raises(ValueError, match="fewer than 16 keys"):
+        Variant("f16", 128, 128, block_m=16, threads=256, tile_n=64, path="mma")   # 8 warps x 8 keys
+    with pytest.raises(ValueError, match="tile_n"):
+        Variant("f16", 128, 128, tile_n=64)
+    a = Variant("f16", 128, 128, block_m=16, threads=128, tile_n=64, path="mma")
+    b = Variant("f16", 128, 128, block_m=16, threads=64, tile_n=32, path="mma")
+    assert len({a.name, b.name, select_variant(cfg()).name}) == 3
+
+
+def test_mma_launch_grid_packs_a_kv_heads_rows():
+    buf = {"q": 1, "k": 2, "v": 3, "o": 4, "lse": 5, "o_part": 6, "lse_part": 7}
+    c = cfg(split_kv=8, return_lse=True)
+    f = fwd_launch(c, select_variant(c, mma=True), buf)
+    assert f.grid == (2 * 8 * 1, 8, 1) and f.block == (128, 1, 1)
+    p = cfg(seq_len_q=200, num_heads_q=8, num_heads_kv=2, seq_len_k=300)     # 800 rows per kv head
+    assert fwd_launch(p, select_variant(p, mma=True), buf).grid == (2 * 2 * 13, 1, 1)
+
+
+def test_autosplit_counts_the_mma_paths_blocks_and_tiles():
+    from kernels.autosplit import num_splits_heuristic
+
+    c = cfg(g=1, num_heads_q=8, num_heads_kv=1, seq_len_k=16384)   # one block per split
+    # mma: 396 block slots (3 per SM) over 256 tiles of 64 keys; grouped: 528 slots, 128 tiles of 128
+    assert choose_split_kv(c, 132, mma=True) == num_splits_heuristic(1, 396, 256) == 256
+    assert choose_split_kv(c, 132) == num_splits_heuristic(1, 528, 128) == 128
+    assert choose_split_kv(cfg(g=64, seq_len_k=512), 132, mma=True) == 1
+
+
+def test_enqueue_keys_separate_mma_from_grouped_configs():
+    assert variant_key(cfg()) != variant_key(cfg(trans_k=True))
+    assert variant_key(cfg()).endswith("_mma")
+
+
+# ---- the source compiles (nvcc, where this machine has it) ---------------------------------
+NVCC = shutil.which("nvcc")
+INSTANCES = [
+    select_variant(cfg(), mma=True),                                                     # decode
+    select_variant(cfg(dtype="bf16", num_heads_q=8, num_heads_kv=8, seq_len_q=256), mma=True),   # prefill
+    select_variant(cfg(head_dim_qk=256, head_dim_v=256), mma=True),
+    select_variant(cfg(dtype="bf16", head_dim_qk=40, head_dim_v=256, seq_len_q=64), mma=True),
+    Variant("f16", 64, 64, block_m=16, threads=128, tile_n=64, path="mma",
+            defects=("causal_off_by_one", "floor_blocks_per_split", "no_neginf_guard", "no_zero_sum_guard")),
+]
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str):
+    refs = "\n".join(f"    (void*)&{v.fwd_expr}," for v in INSTANCES)
+    unit = tmp_path / "inst.cu"
+    unit.write_text(f'#include "attention.hip"\nvoid* instances[] = {{\n{refs}\n}};\n')
+    macros = sorted({m for v in INSTANCES for m in v.macro_options()})
+    proc = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-std=c++17", f"-I{SRC_DIR}", "-Xptxas", "-v",
+                           *macros, str(unit), "-o", str(tmp_path / "inst.cubin")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = proc.stderr
+    compiled = re.findall(r"Compiling entry function '(\w+)'", report)
+    assert len(compiled) == len(INSTANCES)
+    # the f16 decode variant (D = 128): no spills under its blocks-per-SM register budget
+    stats = re.split(r"Compiling entry function ", report)[1:]
+    decode = next(s for s in stats if "attn_splitkv_fwd_mmaI6__halfLi128ELi128ELi32ELi64ELi1ELi4E" in s)
+    assert "0 bytes spill stores" in decode
+    regs = int(re.search(r"Used (\d+) registers", decode).group(1))
+    assert regs * 128 * 3 <= 65536      # 3 blocks of 128 threads per SM
