@@ -1,17 +1,14 @@
-"""Measure the mma path's decode knobs on the GPU: its tile (kernels.variants.MMA_DECODE_TILE:
-64 keys in FlashAttention 2's one-stage loop, or 32 keys double-buffered) and the warps per SM
-its register budget must allow (ATTN_MMA_DECODE_MIN_WARPS), the automatic split sized to both.
+"""Measure the mma path's tuning knob on the GPU: the blocks per SM its decode variant's
+register budget must allow (ATTN_MMA_DECODE_MIN_BLOCKS), with the automatic split sized to it.
 
     python bench/tune_mma.py --out $OUT [--iters 20]
 
 Prints µs and TB/s per shape for every setting and the setting with the best geometric mean;
-the defaults in kernels/src/attention.hip, kernels/variants.py and kernels/autosplit.py come
-from this table.
+the default in kernels/src/attention.hip and kernels/autosplit.py comes from this table.
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import sys
@@ -19,7 +16,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import kernels.variants as variants  # noqa: E402
 from bench.kernels import Ours, Timer, decode_case, make_inputs  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
 
@@ -52,26 +48,22 @@ def main() -> None:
         c.name = f"{c.config.dtype} {c.name}"
     inputs = {c.name: make_inputs(torch, c.config) for c in cases}
     rows = []
-    for (tile, stages), warps in itertools.product(((64, 1), (32, 2)), (8, 12)):
-        variants.MMA_DECODE_TILE = (tile, stages)
+    for minb in (2, 3, 4):
         backend = Tuned(cache=KernelCache(enabled=False))
         backend.kernel_path = "mma"
-        backend.defines = [f"-DATTN_MMA_DECODE_MIN_WARPS={warps}"]
+        backend.defines = [f"-DATTN_MMA_DECODE_MIN_BLOCKS={minb}"]
         ours = Ours(backend)
-        blocks = warps // (tile // 16)
         times = {}
         for case in cases:
-            c = replace_split(case.config, choose_split_kv(case.config, sms, blocks_per_sm=blocks, mma=True))
+            c = replace_split(case.config, choose_split_kv(case.config, sms, blocks_per_sm=minb, mma=True))
             times[case.name] = timer(ours.runner(c, inputs[case.name]))
         gm = math.exp(sum(math.log(case.bytes / times[case.name]) for case in cases) / len(cases)) / 1e12
-        rows.append({"tile": tile, "stages": stages, "min_warps": warps, "geomean_TBps": gm,
-                     "us": {k: v * 1e6 for k, v in times.items()}})
-        print(f"tile={tile} stages={stages} min_warps={warps}: geomean {gm:.2f} TB/s  " +
+        rows.append({"min_blocks": minb, "geomean_TBps": gm, "us": {k: v * 1e6 for k, v in times.items()}})
+        print(f"min_blocks={minb}: geomean {gm:.2f} TB/s  " +
               "  ".join(f"{k} {v * 1e6:.0f}us" for k, v in times.items()), flush=True)
         backend.close()
     best = max(rows, key=lambda r: r["geomean_TBps"])
-    print(f"best: tile={best['tile']} stages={best['stages']} min_warps={best['min_warps']} "
-          f"({best['geomean_TBps']:.2f} TB/s)")
+    print(f"best: min_blocks={best['min_blocks']} ({best['geomean_TBps']:.2f} TB/s)")
     (a.out / "tune_mma.json").write_text(json.dumps(rows, indent=2))
 
 

@@ -58,7 +58,7 @@ def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | 
     """The split count for `config` on a GPU with `num_sms` SMs (the config's own split_kv is
     ignored). `mma`: the device runs the tensor-core path. Blocks per SM and keys per tile
     default to the variant's: the grouped path steps by 128 keys with 4 blocks per SM, the
-    mma path by its tile_n with resident_blocks."""
+    mma path by its tile_n with 3 (its decode variant's register budget)."""
     from kernels.variants import select_variant
 
     v = select_variant(replace_split(config, 1), mma=mma)
@@ -67,25 +67,11 @@ def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | 
     else:
         units = config.g * config.num_heads_q * config.seq_len_q
     if blocks_per_sm is None:
-        blocks_per_sm = resident_blocks(v)
+        blocks_per_sm = 3 if v.path == "mma" else 4
     if tile_keys is None:
         tile_keys = v.tile_n if v.path == "mma" else 128
     key_tiles = -(-config.seq_len_k // tile_keys)
     return num_splits_heuristic(units, num_sms * blocks_per_sm, key_tiles, max_splits)
-
-
-def resident_blocks(v: Any) -> int:
-    """Blocks of variant `v` an SM runs at once, as its register and shared-memory budgets allow
-    (ptxas reports on sm_90, tests/unit/kernels/test_mma_path.py): the grouped path 4; the mma
-    decode variants ATTN_MMA_DECODE_MIN_WARPS = 12 warps (4 where a head dim passes 128: 255
-    registers a thread), its prefill variants 2."""
-    if v.path != "mma":
-        return 4
-    if v.key_groups == 1:
-        return 2
-    if v.dqk_bucket + v.dv_bucket > 256:
-        return 4
-    return max(1, 12 // (v.threads // 32))
 
 
 def replace_split(config: AttentionConfig, split_kv: int) -> AttentionConfig:

@@ -100,7 +100,6 @@ class Variant:
     defects: tuple[str, ...] = ()
     path: str = "rowwise"
     tile_n: int = 0          # mma path: keys per shared-memory tile (the others step by `threads`)
-    stages: int = 0          # mma path: shared-memory stages (1: FlashAttention 2's loop, 2: double-buffered)
 
     def __post_init__(self) -> None:
         if self.dtype not in QK_CPP:
@@ -127,12 +126,8 @@ class Variant:
                 raise ValueError("mma path: block_m and tile_n must be multiples of 16, threads of 32")
             if self.tile_n % (self.key_groups * 16):
                 raise ValueError(f"mma path: tile_n={self.tile_n} gives a warp fewer than 16 keys")
-            if self.stages not in (1, 2):
-                raise ValueError("stages: the mma path runs 1 or 2 shared-memory stages")
-            if self.stages * self.tile_n * (self.dqk_bucket + self.dv_bucket + 16) * 2 > 48 * 1024:
-                raise ValueError("mma path: tiles over 48 KB of static shared memory")
-        elif self.tile_n or self.stages:
-            raise ValueError("tile_n, stages: only the mma path has shared-memory tiles")
+        elif self.tile_n:
+            raise ValueError("tile_n: only the mma path has shared-memory tiles")
         if tuple(sorted(set(self.defects))) != self.defects:
             raise ValueError("defects: must be sorted and unique")
         for d in self.defects:
@@ -143,7 +138,7 @@ class Variant:
         base = (f"attn_{self.dtype}_qk{_bucket_label(self.dqk_bucket)}_v{_bucket_label(self.dv_bucket)}"
                 f"_n{self.block_n}_m{self.block_m}_t{self.threads}")
         if self.path == "mma":
-            base += f"_k{self.tile_n}s{self.stages}"
+            base += f"_k{self.tile_n}"
         if self.path != "rowwise":
             base += "_" + self.path
         if self.defects:
@@ -159,7 +154,7 @@ class Variant:
     def fwd_expr(self) -> str:
         if self.path == "mma":
             return (f"attn_splitkv_fwd_mma<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
-                    f"{self.block_n}, {self.tile_n}, {self.block_m // 16}, {self.key_groups}, {self.stages}>")
+                    f"{self.block_n}, {self.tile_n}, {self.block_m // 16}, {self.key_groups}>")
         if self.path == "grouped":
             return (f"attn_splitkv_fwd_grouped<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
                     f"{self.block_n}, {self.threads}, {self.block_m}>")
@@ -197,21 +192,15 @@ def mma_applies(config: AttentionConfig) -> bool:
             and not (c.trans_q or c.trans_k or c.trans_v))
 
 
-#: the mma decode shape where both head dims fit 128: (tile_n, stages). bench/tune_mma.py
-#: measures the candidates; (32, 2) double-buffers 32-key tiles, (64, 1) is FlashAttention 2's loop.
-MMA_DECODE_TILE = (32, 2)
-
-
 def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[str, int]:
-    """block_m, threads, tile_n and stages of the mma path. Decode (a kv head's rows fit one
-    16-row tile): one row tile, the tile's keys split over 16-key warp groups, MMA_DECODE_TILE
-    where both head dims fit 128. Otherwise four row tiles of 16, one stage of 64 keys. Bigger
-    head dims take one stage of 32 keys (48 KB of static shared memory per block)."""
-    small = dqk_bucket + dv_bucket <= 256
+    """block_m, threads and tile_n of the mma path. Decode (a kv head's rows fit one 16-row
+    tile): one row tile, the tile's keys split over 16-key warp groups. Otherwise four row
+    tiles of 16. 64-key tiles, 32 where both head dims together pass 256 (48 KB of shared
+    memory per block)."""
+    tile_n = 64 if dqk_bucket + dv_bucket <= 256 else 32
     if config.gqa_ratio * config.seq_len_q <= MMA_DECODE_ROWS:
-        tile_n, stages = MMA_DECODE_TILE if small else (32, 1)
-        return {"block_m": 16, "threads": 32 * (tile_n // 16), "tile_n": tile_n, "stages": stages}
-    return {"block_m": 64, "threads": 128, "tile_n": 64 if small else 32, "stages": 1}
+        return {"block_m": 16, "threads": 32 * (tile_n // 16), "tile_n": tile_n}
+    return {"block_m": 64, "threads": 128, "tile_n": tile_n}
 
 
 def select_variant(config: AttentionConfig, defects: frozenset[str] | Sequence[str] = (),

@@ -557,7 +557,7 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 }
 
 // ---- the tensor-core split kernel (NVIDIA sm_80 and newer) ---------------------------------
-// attn_splitkv_fwd_mma<T, DQK_B, DV_B, BLOCK_N, BN, WM, WN, ST>: the same contract, arguments and
+// attn_splitkv_fwd_mma<T, DQK_B, DV_B, BLOCK_N, BN, WM, WN>: the same contract, arguments and
 // outputs as attn_splitkv_fwd, for f16/bf16 with head dims that are multiples of 8 up to 256,
 // Q/K/V rows contiguous and 16-byte aligned (no transposed Q, K or V). An architecture-specific
 // fast path (mma.sync m16n8k16 with f32 accumulators, ldmatrix, cp.async): the grouped and
@@ -567,11 +567,9 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 // A block serves 16*WM rows of one kv head (the grouped path's head-major packing: decode's GQA
 // rows share one K/V pass), warp (wm, wn) the rows 16*wm.. and, of every tile of BN keys, the
 // keys wn*BN/WN..: prefill runs WM = 4 row tiles, decode WN = BN/16 key groups whose softmax
-// states merge once at the end. K and V tiles go to shared memory by cp.async. ST = 1: V of
-// tile t loads while S = Q.K^T of tile t is computed and K of tile t+1 while P.V of tile t is,
-// as FlashAttention 2 does (three barriers a tile). ST = 2: two stages, tile t+1 loads while
-// tile t is used (one barrier a tile; twice the loads in flight, for memory-bound decode).
-// P is rounded to T for P.V (SPEC §1 allows it); l sums the f32 P.
+// states merge once at the end. K and V tiles go to shared memory by cp.async, V of tile t
+// while S = Q.K^T of tile t is computed and K of tile t+1 while P.V of tile t is, as
+// FlashAttention 2 does. P is rounded to T for P.V (SPEC §1 allows it); l sums the f32 P.
 // Split boundaries, masks, guards and defect switches are those of attn_splitkv_fwd.
 #if defined(ATTN_HAVE_MMA_SM80)
 
@@ -620,15 +618,14 @@ __device__ __forceinline__ unsigned attn_pack2(float a, float b, __hip_bfloat16)
     return *reinterpret_cast<unsigned*>(&h);
 }
 
-// Warps per SM the register budget of the decode shape (WN > 1, head dims <= 128) must allow: decode is memory
-// bound, and only resident blocks keep loads in flight (bench/tune_mma.py).
-#ifndef ATTN_MMA_DECODE_MIN_WARPS
-#define ATTN_MMA_DECODE_MIN_WARPS 12
+// Blocks per SM the register budget of the decode shape (WN > 1) must allow: decode is memory
+// bound, and only resident blocks keep loads in flight.
+#ifndef ATTN_MMA_DECODE_MIN_BLOCKS
+#define ATTN_MMA_DECODE_MIN_BLOCKS 3
 #endif
 
-template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int ST>
-__global__ void __launch_bounds__(32 * WM * WN, (WN > 1 && DQK_B + DV_B <= 256) ? ATTN_MMA_DECODE_MIN_WARPS / (WM * WN) : 1)
-attn_splitkv_fwd_mma(
+template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN>
+__global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLOCKS : 1) attn_splitkv_fwd_mma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     const T* __restrict__ bias, T* __restrict__ o, float* __restrict__ lse,
     float* __restrict__ o_part, float* __restrict__ lse_part,
@@ -650,13 +647,11 @@ attn_splitkv_fwd_mma(
     constexpr int KS = DQK_B + 8;          // shared row strides: +16 bytes puts the 8 rows an
     constexpr int VS = DV_B + 8;           // ldmatrix reads in different banks
     constexpr int CK = DQK_B / 8, CV = DV_B / 8;   // 16-byte chunks of a K / V row
-    constexpr int STAGE = BN * (KS + VS);  // elements of one stage: a K tile, then a V tile
-    constexpr int TILE_BYTES = ST * STAGE * (int)sizeof(T);
+    constexpr int TILE_BYTES = BN * (KS + VS) * (int)sizeof(T);
     constexpr int MERGE_BYTES = (WN / 2) * WM * 16 * (DV_B + 2) * (int)sizeof(float);
     constexpr int SMEM = TILE_BYTES > MERGE_BYTES ? TILE_BYTES : MERGE_BYTES;
     static_assert(DQK_B % 16 == 0 && DV_B % 16 == 0 && DQK_B <= 256 && DV_B <= 256, "mma path: head dims");
     static_assert(NKW % 16 == 0 && (WN & (WN - 1)) == 0, "mma path: a warp takes a multiple of 16 keys per tile");
-    static_assert(ST == 1 || ST == 2, "mma path: one stage (V loads during Q.K, K during P.V) or two (tile t+1 during tile t)");
     static_assert(SMEM <= 48 * 1024, "mma path: static shared memory");
     static_assert(NT % CK == 0 && NT % CV == 0 && (BN * CK) % NT == 0 && (BN * CV) % NT == 0, "mma path: tile loads");
 
@@ -758,25 +753,13 @@ attn_splitkv_fwd_mma(
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
 
     const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
-    if (n_tiles > 0) {
-        load_tile(k_s, kp, k_ss, KS, CK, dqk, key_begin);
-        if (ST == 2) load_tile(v_s, vp, v_ss, VS, CV, dv, key_begin);
-    }
+    if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, dqk, key_begin);
     attn_cp_commit();
     for (int t = 0; t < n_tiles; ++t) {
         const int j0 = key_begin + t * BN;
-        const T* kt = k_s + (t % ST) * STAGE;
-        const T* vt = v_s + (t % ST) * STAGE;
         attn_cp_wait<0>();
-        __syncthreads();                      // tile t's K (two stages: and V) is in; every warp is past P.V(t-1)
-        if constexpr (ST == 2) {              // tile t+1 into the stage tile t-1 used
-            if (t + 1 < n_tiles) {
-                load_tile(k_s + ((t + 1) % 2) * STAGE, kp, k_ss, KS, CK, dqk, j0 + BN);
-                load_tile(v_s + ((t + 1) % 2) * STAGE, vp, v_ss, VS, CV, dv, j0 + BN);
-            }
-        } else {
-            load_tile(v_s, vp, v_ss, VS, CV, dv, j0);
-        }
+        __syncthreads();                      // K(t) is in; every warp is past P.V(t-1)
+        load_tile(v_s, vp, v_ss, VS, CV, dv, j0);
         attn_cp_commit();
 
         float s[NST][4];
@@ -790,15 +773,13 @@ attn_splitkv_fwd_mma(
             for (int np = 0; np < NST / 2; ++np) {
                 unsigned r[4];
                 const int key = wn * NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-                attn_ldsm_x4(r, kt + key * KS + kk * 16 + ((lane >> 3) & 1) * 8);
+                attn_ldsm_x4(r, k_s + key * KS + kk * 16 + ((lane >> 3) & 1) * 8);
                 attn_mma(s[2 * np], qf[kk], r[0], r[1], T());
                 attn_mma(s[2 * np + 1], qf[kk], r[2], r[3], T());
             }
-        if constexpr (ST == 1) {
-            __syncthreads();                  // every warp is done with K(t)
-            if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, dqk, j0 + BN);
-            attn_cp_commit();
-        }
+        __syncthreads();                      // every warp is done with K(t)
+        if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, dqk, j0 + BN);
+        attn_cp_commit();
 
         // Masks, scale, bias, then the online softmax of the lane's two rows.
 #pragma unroll
@@ -857,10 +838,8 @@ attn_splitkv_fwd_mma(
             }
         }
 
-        if constexpr (ST == 1) {
-            attn_cp_wait<1>();
-            __syncthreads();                  // V(t) is in (K(t+1) may still be on its way)
-        }
+        attn_cp_wait<1>();
+        __syncthreads();                      // V(t) is in (K(t+1) may still be on its way)
 #pragma unroll
         for (int kk = 0; kk < NKW / 16; ++kk) {
             // The S accumulators of two 8-key tiles are the A fragment of one 16-key step.
@@ -873,7 +852,7 @@ attn_splitkv_fwd_mma(
 #pragma unroll
             for (int np = 0; np < NOV / 2; ++np) {
                 unsigned r[4];
-                attn_ldsm_x4_trans(r, vt + key * VS + np * 16 + (lane >> 4) * 8);
+                attn_ldsm_x4_trans(r, v_s + key * VS + np * 16 + (lane >> 4) * 8);
                 attn_mma(acc[2 * np], a, r[0], r[1], T());
                 attn_mma(acc[2 * np + 1], a, r[2], r[3], T());
             }

@@ -54,40 +54,37 @@ def test_auto_takes_mma_only_where_the_device_has_it():
 
 
 def test_decode_splits_tiles_by_keys_and_prefill_by_rows():
-    dec = select_variant(cfg(), mma=True)               # 4 rows per kv head: 32-key tiles, two stages
-    assert (dec.block_m, dec.threads, dec.tile_n, dec.key_groups, dec.stages) == (16, 64, 32, 2, 2)
-    assert dec.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 32, 1, 2, 2>"
-    assert dec.name == "attn_f16_qk128_v128_n32_m16_t64_k32s2_mma"
-    big = select_variant(cfg(dtype="bf16", head_dim_qk=256, head_dim_v=192), mma=True)   # 48 KB: one stage
-    assert (big.tile_n, big.threads, big.key_groups, big.stages) == (32, 64, 2, 1)
-    assert big.fwd_expr == "attn_splitkv_fwd_mma<__hip_bfloat16, 256, 256, 32, 32, 1, 2, 1>"
+    dec = select_variant(cfg(), mma=True)               # 4 rows per kv head
+    assert (dec.block_m, dec.threads, dec.tile_n, dec.key_groups) == (16, 128, 64, 4)
+    assert dec.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 1, 4>"
+    assert dec.name == "attn_f16_qk128_v128_n32_m16_t128_k64_mma"
+    big = select_variant(cfg(dtype="bf16", head_dim_qk=256, head_dim_v=192), mma=True)   # 48 KB: 32-key tiles
+    assert (big.tile_n, big.threads, big.key_groups) == (32, 64, 2)
+    assert big.fwd_expr == "attn_splitkv_fwd_mma<__hip_bfloat16, 256, 256, 32, 32, 1, 2>"
     pre = select_variant(cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512), mma=True)
-    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups, pre.stages) == (64, 128, 64, 1, 1)
-    assert pre.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 4, 1, 1>"
+    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups) == (64, 128, 64, 1)
+    assert pre.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 4, 1>"
     # 17 rows per kv head no longer fit one row tile
     assert select_variant(cfg(seq_len_q=17, num_heads_q=8, num_heads_kv=8), mma=True).block_m == 64
 
 
 def test_mma_variants_are_checked_and_named_apart():
     with pytest.raises(ValueError, match="mma path runs"):
-        Variant("f32", 128, 128, block_m=16, threads=128, tile_n=64, stages=1, path="mma")
+        Variant("f32", 128, 128, block_m=16, threads=128, tile_n=64, path="mma")
     with pytest.raises(ValueError, match="fewer than 16 keys"):
-        Variant("f16", 128, 128, block_m=16, threads=256, tile_n=64, stages=1, path="mma")   # 8 warps x 8 keys
-    with pytest.raises(ValueError, match="48 KB"):
-        Variant("f16", 128, 128, block_m=16, threads=128, tile_n=64, stages=2, path="mma")
+        Variant("f16", 128, 128, block_m=16, threads=256, tile_n=64, path="mma")   # 8 warps x 8 keys
     with pytest.raises(ValueError, match="tile_n"):
         Variant("f16", 128, 128, tile_n=64)
-    a = Variant("f16", 128, 128, block_m=16, threads=128, tile_n=64, stages=1, path="mma")
-    b = Variant("f16", 128, 128, block_m=16, threads=64, tile_n=32, stages=1, path="mma")
-    c = Variant("f16", 128, 128, block_m=16, threads=64, tile_n=32, stages=2, path="mma")
-    assert len({a.name, b.name, c.name, select_variant(cfg(trans_k=True)).name}) == 4
+    a = Variant("f16", 128, 128, block_m=16, threads=128, tile_n=64, path="mma")
+    b = Variant("f16", 128, 128, block_m=16, threads=64, tile_n=32, path="mma")
+    assert len({a.name, b.name, select_variant(cfg()).name}) == 3
 
 
 def test_mma_launch_grid_packs_a_kv_heads_rows():
     buf = {"q": 1, "k": 2, "v": 3, "o": 4, "lse": 5, "o_part": 6, "lse_part": 7}
     c = cfg(split_kv=8, return_lse=True)
     f = fwd_launch(c, select_variant(c, mma=True), buf)
-    assert f.grid == (2 * 8 * 1, 8, 1) and f.block == (64, 1, 1)
+    assert f.grid == (2 * 8 * 1, 8, 1) and f.block == (128, 1, 1)
     p = cfg(seq_len_q=200, num_heads_q=8, num_heads_kv=2, seq_len_k=300)     # 800 rows per kv head
     assert fwd_launch(p, select_variant(p, mma=True), buf).grid == (2 * 2 * 13, 1, 1)
 
@@ -96,12 +93,10 @@ def test_autosplit_counts_the_mma_paths_blocks_and_tiles():
     from kernels.autosplit import num_splits_heuristic
 
     c = cfg(g=1, num_heads_q=8, num_heads_kv=1, seq_len_k=16384)   # one block per split
-    # mma: 792 block slots (6 of 2 warps per SM) over 512 tiles of 32 keys; grouped: 528 slots, 128 tiles of 128
-    assert choose_split_kv(c, 132, mma=True) == num_splits_heuristic(1, 792, 512) == 256
+    # mma: 396 block slots (3 per SM) over 256 tiles of 64 keys; grouped: 528 slots, 128 tiles of 128
+    assert choose_split_kv(c, 132, mma=True) == num_splits_heuristic(1, 396, 256) == 256
     assert choose_split_kv(c, 132) == num_splits_heuristic(1, 528, 128) == 128
-    d256 = cfg(g=1, seq_len_k=8192, head_dim_qk=256, head_dim_v=256)
-    assert choose_split_kv(d256, 132, mma=True) == num_splits_heuristic(8, 528, 256)
-    assert choose_split_kv(cfg(g=128, seq_len_k=512), 132, mma=True) == 1   # 1024 blocks fill 792 slots
+    assert choose_split_kv(cfg(g=64, seq_len_k=512), 132, mma=True) == 1
 
 
 def test_enqueue_keys_separate_mma_from_grouped_configs():
@@ -116,7 +111,7 @@ INSTANCES = [
     select_variant(cfg(dtype="bf16", num_heads_q=8, num_heads_kv=8, seq_len_q=256), mma=True),   # prefill
     select_variant(cfg(head_dim_qk=256, head_dim_v=256), mma=True),
     select_variant(cfg(dtype="bf16", head_dim_qk=40, head_dim_v=256, seq_len_q=64), mma=True),
-    Variant("f16", 64, 64, block_m=16, threads=128, tile_n=64, stages=1, path="mma",
+    Variant("f16", 64, 64, block_m=16, threads=128, tile_n=64, path="mma",
             defects=("causal_off_by_one", "floor_blocks_per_split", "no_neginf_guard", "no_zero_sum_guard")),
 ]
 
@@ -137,7 +132,7 @@ def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str):
     assert len(compiled) == len(INSTANCES)
     # the f16 decode variant (D = 128): no spills under its blocks-per-SM register budget
     stats = re.split(r"Compiling entry function ", report)[1:]
-    decode = next(s for s in stats if "attn_splitkv_fwd_mmaI6__halfLi128ELi128ELi32ELi32ELi1ELi2ELi2E" in s)
+    decode = next(s for s in stats if "attn_splitkv_fwd_mmaI6__halfLi128ELi128ELi32ELi64ELi1ELi4E" in s)
     assert "0 bytes spill stores" in decode
     regs = int(re.search(r"Used (\d+) registers", decode).group(1))
-    assert regs * 64 * 6 <= 65536       # 6 blocks of 2 warps per SM (autosplit.resident_blocks)
+    assert regs * 128 * 3 <= 65536      # 3 blocks of 128 threads per SM
