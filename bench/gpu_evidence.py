@@ -92,8 +92,10 @@ def print_failures(rows: list[dict], limit: int = 8) -> None:
 
 
 def step_sweep(a, common) -> dict:
-    rep = attnsweep_run(a.out, "sweep", "--samples", str(a.sweep), "--seed", str(a.seed), "--label", "gpu-sweep", *common)
-    print(f"\n== sweep: {rep['configs_run']} configs, default distribution, seed {a.seed}, {rep['device']}")
+    rep = attnsweep_run(a.out, "sweep", "--samples", str(a.sweep), "--seed", str(a.seed), "--label", "gpu-sweep",
+                        *common, *a.sweep_arg)
+    space = " ".join(a.sweep_arg) or "default distribution"
+    print(f"\n== sweep: {rep['configs_run']} configs, {space}, seed {a.seed}, {rep['device']}")
     print(f"outcomes {rep['outcomes']}")
     print(f"not applicable {rep['not_applicable_reasons']}; prefilter rejections {rep.get('filtered')}")
     print(f"{rep['configs_per_s']:.1f} configs/s ({rep['wall_s']:.0f} s, {a.jobs} processes)")
@@ -189,6 +191,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--out", type=Path, default=Path("artifacts"))
     ap.add_argument("--pool-from", action="append", default=[])
+    ap.add_argument("--sweep-arg", action="append", default=[],
+                    help="passed on to the sweep step's `attnsweep run`, e.g. --sweep-arg=--range=trans_k=0")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     common = ["--backend", a.backend, "--jobs", str(a.jobs)]

@@ -30,7 +30,9 @@ P(k) proportional to log((k+1)/k); "pick(xs)" is `xs[rng.integers(len(xs))]`):
     192, 256} restricted to that field's range), tails (or an empty restricted set) ->
     logu[lo, hi] of the field's range (default [1, 1024]).
  8. seven coins, in order, as one `rng.random(7) < 0.5`: with_attn_scale, with_attn_bias,
-    causal, trans_q, trans_k, trans_v, trans_o.
+    causal, trans_q, trans_k, trans_v, trans_o. A coin pinned by a range (NAME=0 or NAME=1) is
+    still drawn, so pinning one (causal aside: it decides whether step 9 draws) changes no
+    other field of any config.
  9. only when causal: prefix coin; heads -> prefix_offset = current_seq_len (KV-cache mode; the
     decode position, so the query sees the cache) or rng.integers(0, seq_len_k, size=g)
     (otherwise). No draw when not causal.
@@ -62,7 +64,7 @@ import numpy as np
 
 from attnconfig.config import DTYPES, AttentionConfig
 from sweeps.filters import ALL_REASONS, DUPLICATE, Prefilter
-from sweeps.spec import SweepSpec, SweepSpecError, head_choices, powers_of_two
+from sweeps.spec import COIN_FIELDS, SweepSpec, SweepSpecError, head_choices, powers_of_two
 
 COMMON_HEAD_DIMS = (32, 64, 80, 96, 128, 192, 256)
 # Mode weights of the heads draw (SPEC §6): (1, 1), MHA, GQA.
@@ -114,6 +116,7 @@ class ConfigDrawer:
         self.g = spec.range_of("g")
         self.sq = spec.range_of("seq_len_q")
         self.kv_cache_possible = self.sq[0] <= 1 <= self.sq[1]
+        self.pinned = [None if lo != hi else bool(lo) for lo, hi in map(spec.range_of, COIN_FIELDS)]
         hc = head_choices(spec.range_of("num_heads_q"), spec.range_of("num_heads_kv"))
         self.mha = hc["mha"]
         self.gqa_q, self.gqa_kv = hc["gqa_q"], hc["gqa_kv"]
@@ -185,7 +188,7 @@ class ConfigDrawer:
             else:
                 dims.append(_logu(rng, lo, hi))
         # 8: fair coins, in order.
-        coins = [bool(x) for x in (rng.random(7) < 0.5)]
+        coins = [bool(x) if pin is None else pin for x, pin in zip(rng.random(7) < 0.5, self.pinned)]
         scale, bias, causal, tq, tk, tv, to = coins
         # 9: causal prefix.
         prefix = None

@@ -43,9 +43,13 @@ DEFAULT_RANGES: dict[str, tuple[int, int]] = {
     "head_dim_v": (1, MAX_HEAD_DIM),
     "split_kv": (1, 128),
 }
+# The fair coins of the draw (SPEC §6), as 0:1 ranges: NAME=0 pins one off, NAME=1 on (e.g. a
+# sweep of untransposed layouts only, trans_q=0 trans_k=0 trans_v=0, the tensor-core path's).
+COIN_FIELDS = ("with_attn_scale", "with_attn_bias", "causal", "trans_q", "trans_k", "trans_v", "trans_o")
+DEFAULT_RANGES.update({c: (0, 1) for c in COIN_FIELDS})
 RANGE_KEYS = tuple(DEFAULT_RANGES)
 # Fields that must stay within a hard limit of the config model, whatever the override says.
-_RANGE_MAX = {"head_dim_qk": MAX_HEAD_DIM, "head_dim_v": MAX_HEAD_DIM}
+_RANGE_MAX = {"head_dim_qk": MAX_HEAD_DIM, "head_dim_v": MAX_HEAD_DIM, **{c: 1 for c in COIN_FIELDS}}
 
 Backend = Literal["auto", "cpu", "cuda", "hip"]
 DtypeName = Literal["f16", "bf16", "f32", "i8"]
@@ -92,8 +96,9 @@ def _range_problems(ranges: Mapping[str, tuple[int, int]]) -> list[tuple[str, st
         if key not in DEFAULT_RANGES:
             problems.append((field, f"unknown range {key!r}; allowed: {', '.join(RANGE_KEYS)}"))
             continue
-        if lo < 1:
-            problems.append((field, f"{key}={lo}:{hi}: lo must be >= 1"))
+        floor = 0 if key in COIN_FIELDS else 1
+        if lo < floor:
+            problems.append((field, f"{key}={lo}:{hi}: lo must be >= {floor}"))
         if lo > hi:
             problems.append((field, f"{key}={lo}:{hi}: lo must be <= hi"))
         cap = _RANGE_MAX.get(key)

@@ -63,6 +63,8 @@ def test_resolved_seed_is_iso_week_when_none():
     ({"ranges": {"g": [0, 3]}}, "ranges.g", "lo must be >= 1"),
     ({"ranges": {"g": [1, 2, 3]}}, "ranges.g", "at most 2 items"),
     ({"ranges": {"head_dim_v": [1, 2048]}}, "ranges.head_dim_v", "hi must be <= 1024"),
+    ({"ranges": {"trans_k": [0, 2]}}, "ranges.trans_k", "hi must be <= 1"),
+    ({"ranges": {"causal": [-1, 0]}}, "ranges.causal", "lo must be >= 0"),
     ({"ranges": {"split_kv": [3, 3]}}, "ranges.split_kv", "no power of two"),
     ({"ranges": {"num_heads_q": [3, 3]}}, "ranges.num_heads_q", "allows no heads draw"),
     ({"ranges": {"num_heads_q": [2, 4], "num_heads_kv": [8, 8]}}, "ranges.num_heads_q", "allows no heads draw"),
@@ -291,6 +293,22 @@ def test_range_overrides_respected():
     assert any(c.num_heads_q == c.num_heads_kv for c in cs) and any(c.num_heads_q > c.num_heads_kv for c in cs)
     assert 0.3 < frac(cs, lambda c: c.head_dim_v == 32) < 0.7  # the only common dim in range
     assert 0.35 < frac(cs, lambda c: c.current_seq_len is not None) < 0.65
+
+
+def test_pinned_coins_hold_and_leave_every_other_draw_as_it_was():
+    """trans_q=0 trans_k=0 trans_v=0 (the layouts of the tensor-core path): those fields fixed,
+    everything else of each config the unpinned sweep's (the coins are still drawn)."""
+    pins = {"trans_q": (0, 0), "trans_k": (0, 0), "trans_v": (0, 0)}
+    free = sample(SweepSpec(samples=300, seed=9, max_tokens=4096), BUDGET)
+    pinned = sample(SweepSpec(samples=300, seed=9, max_tokens=4096, ranges=pins), BUDGET)
+    assert all(not (c.trans_q or c.trans_k or c.trans_v) for c in pinned.configs)
+    assert 0.35 < frac(free.configs, lambda c: c.trans_k) < 0.65
+    unpin = {"trans_q": False, "trans_k": False, "trans_v": False}
+    assert [AttentionConfig(**{**c.model_dump(), **unpin}) for c in free.configs] == pinned.configs
+    on = sample(SweepSpec(samples=200, seed=9, ranges={"causal": (1, 1), "with_attn_bias": (0, 0)}), BUDGET)
+    assert all(c.causal and not c.with_attn_bias for c in on.configs)
+    assert 0.35 < frac(on.configs, lambda c: c.trans_o) < 0.65          # the others stay coins
+    assert parse_ranges(["trans_k=0", "with_attn_bias=0:1"]) == {"trans_k": (0, 0), "with_attn_bias": (0, 1)}
 
 
 def test_seq_len_q_override_without_one_disables_kv_cache_and_g_lo_survives_max_tokens():
