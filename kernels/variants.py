@@ -1,8 +1,9 @@
 """Kernel variants, launch plans and the runtime-neutral part of the GPU backends.
 
 A *variant* is one compilation of kernels/src/attention.hip: every compile-time parameter is in
-its deterministic name (dtype, head-dim buckets, block_n, block_m, threads, defects), so two
-configs that need the same binary share it and the compile cache can key on the name.
+its deterministic name (dtype, head-dim buckets, block_n, block_m, threads, path, the mma
+path's tile, defects), so two configs that need the same binary share it and the compile
+cache can key on the name.
 
 Head dims are bucketed: a head dim d in 1..256 runs in the smallest bucket of
 HEAD_DIM_BUCKETS that holds it (compile-time loop bounds, masked against the runtime d); a

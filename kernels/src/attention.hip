@@ -1,7 +1,10 @@
 // attention.hip — split-KV (flash-decoding) attention forward and its combine (SPEC §1–§3).
 //
-// One source for ROCm (hiprtc) and NVIDIA (NVRTC) through hip_compat.h. Correctness first: a
-// plain scalar kernel with f32 (int32 for i8) accumulation; performance is a later issue.
+// One source for ROCm (hiprtc) and NVIDIA (NVRTC) through hip_compat.h. Three forward kernels
+// with one contract: attn_splitkv_fwd (rowwise: any dtype and head dim, the reference-like
+// scalar kernel), attn_splitkv_fwd_grouped (GQA rows share a K/V pass; f16/bf16/f32, dims
+// <= 256) and, on NVIDIA sm_80+ only, attn_splitkv_fwd_mma (tensor cores; f16/bf16). All
+// accumulate in f32 (int32 for i8). kernels/variants.py picks one per config.
 //
 // attn_splitkv_fwd<T, DQK_B, DV_B, BLOCK_N, NT>
 //   grid  = (g*Hq*Sq, S): blockIdx.x is the query row r = (b*Hq + h)*Sq + q, blockIdx.y the split s
