@@ -1,0 +1,55 @@
+"""What bench/tune_grouped.py and bench/tune_mma.py share: decode cases and their inputs on the
+GPU, a backend that compiles with extra -D macros on a forced kernel path, and the timing of one
+setting (µs per shape, geometric mean of effective TB/s)."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.kernels import Ours, Timer, decode_case, make_inputs  # noqa: E402
+from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
+
+
+class DecodeBench:
+    """Decode `shapes` in each of `dtypes`, their inputs made once, timed `iters` times."""
+
+    def __init__(self, shapes: list[tuple[int, ...]], dtypes: list[str], iters: int):
+        import torch
+
+        self.timer = Timer(torch, iters)
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.cases = [decode_case(s, dt) for dt in dtypes for s in shapes]
+        if len(dtypes) > 1:
+            for c in self.cases:
+                c.name = f"{c.config.dtype} {c.name}"
+        self.inputs = {c.name: make_inputs(torch, c.config) for c in self.cases}
+
+    def measure(self, setting: dict[str, Any], defines: list[str], path: str, **split_kw: Any) -> dict[str, Any]:
+        """Time every case compiled with `defines` on `path`, at the automatic split
+        (choose_split_kv with `split_kw`); prints and returns `setting` with the times."""
+        from kernels.cache import KernelCache
+        from kernels.cuda import CudaBackend
+
+        class Tuned(CudaBackend):
+            def compile_options(self, variant):
+                return [*super().compile_options(variant), *defines]
+
+        backend = Tuned(cache=KernelCache(enabled=False))
+        backend.kernel_path = path
+        try:
+            ours = Ours(backend)
+            times = {}
+            for case in self.cases:
+                split = choose_split_kv(case.config, self.sms, mma=path == "mma", **split_kw)
+                times[case.name] = self.timer(ours.runner(replace_split(case.config, split), self.inputs[case.name]))
+        finally:
+            backend.close()
+        gm = math.exp(sum(math.log(c.bytes / times[c.name]) for c in self.cases) / len(self.cases)) / 1e12
+        label = " ".join(f"{k}={v}" for k, v in setting.items())
+        print(f"{label}: geomean {gm:.2f} TB/s  " + "  ".join(f"{k} {v * 1e6:.0f}us" for k, v in times.items()),
+              flush=True)
+        return {**setting, "geomean_TBps": gm, "us": {k: v * 1e6 for k, v in times.items()}}
