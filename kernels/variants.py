@@ -111,18 +111,15 @@ class Variant:
             raise ValueError(f"path: unknown {self.path!r}; choose one of {PATHS}")
         if self.path == "rowwise" and self.block_m != 1:
             raise ValueError("block_m: the rowwise path runs 1 query row per thread block")
-        if self.path == "grouped":
-            if self.dtype not in GROUPED_DTYPES:
-                raise ValueError(f"path: the grouped path runs {GROUPED_DTYPES}, not {self.dtype}")
+        fast_dtypes = {"grouped": GROUPED_DTYPES, "mma": MMA_DTYPES}.get(self.path)
+        if fast_dtypes is not None:
+            if self.dtype not in fast_dtypes:
+                raise ValueError(f"path: the {self.path} path runs {fast_dtypes}, not {self.dtype}")
             if GENERAL_BUCKET in (self.dqk_bucket, self.dv_bucket):
-                raise ValueError("path: the grouped path needs head dims <= 256")
-            if self.block_m not in (1, 2, 4, 8):
-                raise ValueError("block_m: the grouped path groups 1, 2, 4 or 8 query rows")
+                raise ValueError(f"path: the {self.path} path needs head dims <= 256")
+        if self.path == "grouped" and self.block_m not in (1, 2, 4, 8):
+            raise ValueError("block_m: the grouped path groups 1, 2, 4 or 8 query rows")
         if self.path == "mma":
-            if self.dtype not in MMA_DTYPES:
-                raise ValueError(f"path: the mma path runs {MMA_DTYPES}, not {self.dtype}")
-            if GENERAL_BUCKET in (self.dqk_bucket, self.dv_bucket):
-                raise ValueError("path: the mma path needs head dims <= 256")
             if self.block_m % 16 or self.threads % 32 or self.tile_n % 16 or self.tile_n <= 0:
                 raise ValueError("mma path: block_m and tile_n must be multiples of 16, threads of 32")
             if self.tile_n % (self.key_groups * 16):

@@ -194,6 +194,32 @@ def _run(backend, c):
     return inputs, prepared, backend.run(prepared, c, inputs)
 
 
+def _path_of(variant: str) -> str:
+    return "mma" if "_mma" in variant else "grouped" if "_grouped" in variant else "rowwise"
+
+
+def _run_on(backend, c, path):
+    """_run with the kernel path forced to `path` for this config; checks it ran there."""
+    backend.kernel_path = path
+    try:
+        inputs, prepared, res = _run(backend, c)
+    finally:
+        backend.kernel_path = "auto"
+    assert _path_of(prepared.variant) == path, (prepared.variant, path)
+    return inputs, prepared, res
+
+
+def _failing_on(backend, configs, path):
+    """(config, failures) of each of `configs` that fails check_run on the forced `path`."""
+    bad = []
+    for c in configs:
+        inputs, prepared, res = _run_on(backend, c, path)
+        fails, _ = check_run(c, inputs, res, prepared.block_n)
+        if fails:
+            bad.append((c.to_json(), fails))
+    return bad
+
+
 # ---- tests ----------------------------------------------------------------------------------
 def test_device_info(cuda_backend):
     info = cuda_backend.device_info()
@@ -236,32 +262,14 @@ GROUPED_CASES = [c for c in CASES if c.dtype != "i8" and max(c.head_dim_qk, c.he
 @pytest.mark.parametrize("c", GROUPED_CASES, ids=lambda c: f"{c.dtype}-{c.content_hash()[:8]}")
 def test_feature_matrix_on_the_rowwise_path_too(cuda_backend, c):
     """The configs the grouped path takes by default, forced onto the portable rowwise path."""
-    cuda_backend.kernel_path = "rowwise"
-    try:
-        inputs, prepared, res = _run(cuda_backend, c)
-    finally:
-        cuda_backend.kernel_path = "auto"
-    assert "_grouped" not in prepared.variant
-    fails, _ = check_run(c, inputs, res, prepared.block_n)
-    assert not fails, (c.to_json(), fails)
+    assert not _failing_on(cuda_backend, [c], "rowwise")
 
 
 def test_feature_matrix_on_the_grouped_path_too(cuda_backend):
     """The configs the mma path takes by default, forced onto the portable grouped path."""
     if not cuda_backend.mma_capable:
         pytest.skip("this GPU has no mma path: the feature matrix already ran the grouped path")
-    bad = []
-    cuda_backend.kernel_path = "grouped"
-    try:
-        for c in [c for c in GROUPED_CASES if mma_applies(c)]:
-            inputs, prepared, res = _run(cuda_backend, c)
-            assert prepared.variant.endswith("_grouped")
-            fails, _ = check_run(c, inputs, res, prepared.block_n)
-            if fails:
-                bad.append((c.to_json(), fails))
-    finally:
-        cuda_backend.kernel_path = "auto"
-    assert not bad
+    assert not _failing_on(cuda_backend, [c for c in GROUPED_CASES if mma_applies(c)], "grouped")
 
 
 def as_mma(c: AttentionConfig) -> AttentionConfig:
@@ -301,29 +309,13 @@ MMA_CASES = [as_mma(c) for c in CASES] + [
 def test_mma_path_matches_reference(cuda_backend, c):
     if not cuda_backend.mma_capable:
         pytest.skip("this GPU has no mma path")
-    cuda_backend.kernel_path = "mma"
-    try:
-        inputs, prepared, res = _run(cuda_backend, c)
-    finally:
-        cuda_backend.kernel_path = "auto"
-    assert prepared.variant.endswith("_mma")
-    fails, _ = check_run(c, inputs, res, prepared.block_n)
-    assert not fails, (c.to_json(), fails)
+    assert not _failing_on(cuda_backend, [c], "mma")
 
 
 def test_random_configs_on_the_mma_path(cuda_backend):
     if not cuda_backend.mma_capable:
         pytest.skip("this GPU has no mma path")
-    bad = []
-    cuda_backend.kernel_path = "mma"
-    try:
-        for c in map(as_mma, random_configs(120, seed=11)):
-            inputs, prepared, res = _run(cuda_backend, c)
-            fails, _ = check_run(c, inputs, res, prepared.block_n)
-            if fails:
-                bad.append((c.to_json(), fails))
-    finally:
-        cuda_backend.kernel_path = "auto"
+    bad = _failing_on(cuda_backend, [as_mma(c) for c in random_configs(120, seed=11)], "mma")
     assert not bad, bad[:5]
 
 
