@@ -27,14 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attnconfig import AttentionConfig  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
-from kernels.variants import combine_launch, fwd_launch  # noqa: E402
+from kernels.variants import fuses_combine, fwd_blocks_x, launch_plan  # noqa: E402
 
 DECODE = [(1, 32, 8, 131072, 128), (8, 32, 8, 32768, 128), (8, 32, 8, 4096, 128), (16, 64, 8, 8192, 128),
           (4, 32, 32, 16384, 128), (1, 8, 1, 65536, 128), (32, 32, 8, 2048, 64),
           (8, 32, 8, 32768, 256), (1, 32, 8, 131072, 256)]
 RAGGED = (8, 32, 8, 32768, 128)      # KV cache of 32768 slots, current lengths drawn per batch entry
 PREFILL = (1, 32, 32, 4096, 128)     # seq_len_q = seq_len_k = 4096
-FIXED_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+FIXED_SPLITS = (1, 2, 3, 4, 6, 8, 16, 32, 64, 128, 256, 512)
 
 
 @dataclass
@@ -66,11 +66,22 @@ def prefill_case(dtype, causal) -> Case:
 
 
 class Timer:
-    """Median device time of fn() with L2 flushed before each call (a write to a 256 MiB buffer)."""
+    """Median device time of fn() with L2 flushed before each call.
 
-    def __init__(self, torch, iters: int):
+    The flush reads a 256 MiB buffer (never written after it was zeroed), so L2 is left holding
+    clean lines: a flush that writes leaves up to the whole L2 dirty, and the next kernel then
+    pays for writing it back (about 12 µs on the H200, more than a short decode kernel's own
+    reads). After the flush the GPU spins for SPIN_CYCLES (about 50 µs) before the start event,
+    so the host has queued fn()'s launches by the time the GPU reaches them: the events then
+    time the kernels, not the host's launch path (Python for ours, C++ for torch), alike."""
+
+    SPIN_CYCLES = 100_000
+
+    def __init__(self, torch, iters: int, flush: str = "read"):
         self.torch, self.iters = torch, iters
-        self.flush_buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        self.flush_buf = torch.zeros(64 << 20, dtype=torch.int32, device="cuda")
+        self.flush = self.flush_buf.sum if flush == "read" else self.flush_buf.zero_   # write: the old way
+        torch.cuda.synchronize()
 
     def __call__(self, fn) -> float:
         torch = self.torch
@@ -78,8 +89,9 @@ class Timer:
         torch.cuda.synchronize()
         times = []
         for _ in range(self.iters):
-            self.flush_buf.zero_()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.flush()
+            torch.cuda._sleep(self.SPIN_CYCLES)
             a.record()
             fn()
             b.record()
@@ -114,17 +126,18 @@ class Ours:
             lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
             keep += [op, lp, lse]
             buf.update(o_part=op.data_ptr(), lse_part=lp.data_ptr(), lse=lse.data_ptr())
-        launches = [fwd_launch(c, loaded.variant, buf)]
-        if c.split_kv > 1:
-            launches.append(combine_launch(c, loaded.variant, buf))
-        fns = [loaded.functions[ln.kernel] for ln in launches]
-        launch = self.backend._rt_launch
+        if self.backend.fuse_combine and fuses_combine(c, loaded.variant):
+            count = torch.zeros(fwd_blocks_x(c, loaded.variant), dtype=torch.int32, device="cuda")
+            keep.append(count)
+            buf["combine_count"] = count.data_ptr()
+        launches = launch_plan(c, loaded.variant, buf)
+        calls = [self.backend.launcher(loaded.functions[ln.kernel], ln) for ln in launches]
 
         def run():
-            for f, ln in zip(fns, launches):
-                launch(f, ln)
+            for call in calls:
+                call()
 
-        run.out, run.keep, run.variant = out, keep, prepared.variant
+        run.out, run.keep, run.variant, run.calls = out, keep, prepared.variant, calls
         return run
 
 
@@ -183,6 +196,8 @@ def copy_bandwidth(torch, timer) -> dict:
 
         t_read = timer(read)
         read_bw = n / t_read
+        nop = cp.RawKernel('extern "C" __global__ void nop() {}', "nop")
+        print(f"an empty kernel times {timer(lambda: nop((1,), (1,), ())) * 1e6:.1f} us (the timing's floor)")
     except Exception as exc:  # cupy missing: torch's sum is a read-only stream as well
         print(f"(cupy read kernel unavailable: {exc}; using torch.sum)")
         as_i32 = src.view(torch.int32)
@@ -216,6 +231,15 @@ def bench_case(torch, timer, ours: Ours, case: Case, num_sms: int, fixed_splits:
     auto = choose_split_kv(c, num_sms, mma=ours.backend.mma_capable) if case.kind != "prefill" else 1
     run = ours.runner(replace_split(c, auto), t)
     res["ours"], res["ours_split"], res["ours_variant"] = timer(run), auto, run.variant
+    if len(run.calls) == 2:   # where the time goes: the split kernel alone, the combine alone
+        res["ours_fwd"], res["ours_combine"] = timer(run.calls[0]), timer(run.calls[1])
+    res["ours_fused_combine"] = len(run.calls) == 1 and auto > 1
+    if res["ours_fused_combine"]:   # the same split with the combine kernel, for comparison
+        ours.backend.fuse_combine = False
+        try:
+            res["ours_two_launches"] = timer(ours.runner(replace_split(c, auto), t))
+        finally:
+            ours.backend.fuse_combine = True
     ref = res.get("cudnn_out") if res.get("cudnn_out") is not None else res.get("flash_out")
     if ref is not None:
         res["max_rel_err_vs_torch"] = rel_err(torch, run.out, ref)
@@ -242,6 +266,10 @@ def fmt_row(case: Case, ceil_read: float) -> str:
     elif r.get("fixed"):
         bs, bt = min(r["fixed"].items(), key=lambda kv: kv[1])
         extra = f"  auto s={r['ours_split']:3d} vs best fixed s={bs:3d}: {bt / r['ours']:5.2f}x"
+    if r.get("ours_fused_combine"):
+        extra += f"  (combine fused; with the combine kernel {r['ours_two_launches'] * 1e6:.1f} us)"
+    if r.get("ours_fwd"):
+        extra += f"  (split kernel {r['ours_fwd'] * 1e6:.1f} + combine {r['ours_combine'] * 1e6:.1f} us alone)"
     return (f"{case.name:34} {us(r['ours'])} {us(r.get('cudnn'))} {us(r.get('flash'))}   "
             f"{tb(r['ours']):5.2f} {tb(r.get('cudnn')):5.2f} {tb(r.get('flash')):5.2f}   "
             f"{ratio:5.2f}x  {tb(r['ours']) * 1e12 / ceil_read:5.2f} "
@@ -255,6 +283,9 @@ def main() -> None:
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--quick", action="store_true", help="fewer shapes, no fixed-split scan (a smoke run)")
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-split scan")
+    ap.add_argument("--flush", default="read", choices=("read", "write"),
+                    help="how L2 is flushed between calls: read a buffer (clean L2) or write one (the "
+                         "first sessions' way: the next kernel pays the dirty lines' write-back)")
     ap.add_argument("--path", default="auto", choices=("auto", "mma", "grouped", "rowwise"),
                     help="our kernel path (auto: mma on sm_80+ where it applies)")
     a = ap.parse_args()
@@ -267,7 +298,7 @@ def main() -> None:
     backend = CudaBackend()
     backend.kernel_path = a.path
     ours = Ours(backend)
-    timer = Timer(torch, a.iters)
+    timer = Timer(torch, a.iters, a.flush)
     props = torch.cuda.get_device_properties(0)
     ceil = copy_bandwidth(torch, timer)
     print(f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, "
@@ -275,6 +306,7 @@ def main() -> None:
     rng = np.random.default_rng(7)
     summary = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
                "compiler": backend.compiler_version(), "bandwidth": ceil, "date": time.strftime("%Y-%m-%d"),
+               "flush": a.flush,
                "cases": []}
     for dtype in a.dtypes.split(","):
         cases = [decode_case(s, dtype) for s in (DECODE[:3] + DECODE[5:6] if a.quick else DECODE)]

@@ -1,14 +1,15 @@
-"""Measure the mma path's tuning knob on the GPU: the blocks per SM its decode variant's
-register budget must allow (ATTN_MMA_DECODE_MIN_BLOCKS), with the automatic split sized to it.
+"""Measure the mma path's decode shape on the GPU: keys per tile, warps per tile and blocks per
+SM (kernels/variants.py MMA_DECODE_SHAPES), with the automatic split sized to each.
 
-    python bench/tune_mma.py --out $OUT [--iters 20]
+    python bench/tune_mma.py --out $OUT [--iters 20] [--dtypes f16]
 
-Prints µs and TB/s per shape for every setting and the setting with the best geometric mean;
-the default in kernels/src/attention.hip and kernels/autosplit.py comes from this table.
+Prints µs and TB/s per shape for every setting and, per head-dim class, the setting with the
+best geometric mean; MMA_DECODE_SHAPES comes from this table.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -17,23 +18,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tuning import DecodeBench  # noqa: E402
 
-SHAPES = [(8, 32, 8, 32768, 128), (1, 8, 1, 65536, 128), (4, 32, 32, 16384, 128), (16, 64, 8, 8192, 128),
-          (8, 32, 8, 4096, 128), (8, 32, 8, 32768, 256)]
+# head-dim class (dqk + dv up to) -> its decode shapes, and the settings tried:
+# (tile_n, key_groups, min_blocks)
+CLASSES = {
+    256: ([(32, 32, 8, 2048, 64), (1, 32, 8, 131072, 128), (8, 32, 8, 32768, 128), (8, 32, 8, 4096, 128),
+           (16, 64, 8, 8192, 128), (4, 32, 32, 16384, 128), (1, 8, 1, 65536, 128)],
+          [(64, 4, 3), (64, 4, 2), (32, 2, 3), (32, 2, 4), (16, 1, 4)]),
+    512: ([(8, 32, 8, 32768, 256), (1, 32, 8, 131072, 256), (1, 8, 1, 65536, 256)],
+          [(32, 2, 3), (32, 2, 2), (16, 1, 3), (16, 1, 4)]),
+}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path("artifacts"))
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--dtypes", default="f16,bf16")
+    ap.add_argument("--dtypes", default="f16")
+    ap.add_argument("--classes", default="256,512")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
 
-    bench = DecodeBench(SHAPES, a.dtypes.split(","), a.iters)
-    rows = [bench.measure({"min_blocks": minb}, [f"-DATTN_MMA_DECODE_MIN_BLOCKS={minb}"], "mma", blocks_per_sm=minb)
-            for minb in (2, 3, 4)]
-    best = max(rows, key=lambda r: r["geomean_TBps"])
-    print(f"best: min_blocks={best['min_blocks']} ({best['geomean_TBps']:.2f} TB/s)")
+    rows = []
+    for cls in map(int, a.classes.split(",")):
+        shapes, settings = CLASSES[cls]
+        bench = DecodeBench(shapes, a.dtypes.split(","), a.iters)
+        best = None
+        for tile_n, groups, minb in settings:
+            def shape(v, tile_n=tile_n, groups=groups, minb=minb):
+                return dataclasses.replace(v, tile_n=tile_n, threads=32 * groups, min_blocks=minb)
+
+            setting = {"class": cls, "tile_n": tile_n, "key_groups": groups, "min_blocks": minb}
+            try:
+                row = bench.measure(setting, [], "mma", variant_map=shape)
+            except Exception as exc:   # a setting the device cannot launch: say so, go on
+                print(f"{setting}: failed: {exc}"[:300], flush=True)
+                continue
+            rows.append(row)
+            best = row if best is None or row["geomean_TBps"] > best["geomean_TBps"] else best
+        if best:
+            print(f"best for dqk+dv <= {cls}: {best}", flush=True)
     (a.out / "tune_mma.json").write_text(json.dumps(rows, indent=2))
 
 

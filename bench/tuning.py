@@ -1,12 +1,12 @@
 """What bench/tune_grouped.py and bench/tune_mma.py share: decode cases and their inputs on the
-GPU, a backend that compiles with extra -D macros on a forced kernel path, and the timing of one
-setting (µs per shape, geometric mean of effective TB/s)."""
+GPU, a backend that compiles with extra -D macros (or another variant) on a forced kernel path,
+and the timing of one setting (µs per shape, geometric mean of effective TB/s)."""
 from __future__ import annotations
 
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -28,9 +28,11 @@ class DecodeBench:
                 c.name = f"{c.config.dtype} {c.name}"
         self.inputs = {c.name: make_inputs(torch, c.config) for c in self.cases}
 
-    def measure(self, setting: dict[str, Any], defines: list[str], path: str, **split_kw: Any) -> dict[str, Any]:
-        """Time every case compiled with `defines` on `path`, at the automatic split
-        (choose_split_kv with `split_kw`); prints and returns `setting` with the times."""
+    def measure(self, setting: dict[str, Any], defines: list[str], path: str,
+                variant_map: Callable[[Any], Any] | None = None, **split_kw: Any) -> dict[str, Any]:
+        """Time every case compiled with `defines` on `path` (its variant passed through
+        `variant_map` when given), at the automatic split (choose_split_kv with `split_kw`);
+        prints and returns `setting` with the times."""
         from kernels.cache import KernelCache
         from kernels.cuda import CudaBackend
 
@@ -38,13 +40,22 @@ class DecodeBench:
             def compile_options(self, variant):
                 return [*super().compile_options(variant), *defines]
 
+            def variant_for(self, config):
+                v = super().variant_for(config)
+                return variant_map(v) if variant_map else v
+
         backend = Tuned(cache=KernelCache(enabled=False))
         backend.kernel_path = path
         try:
             ours = Ours(backend)
             times = {}
             for case in self.cases:
-                split = choose_split_kv(case.config, self.sms, mma=path == "mma", **split_kw)
+                kw = dict(split_kw)
+                if variant_map:
+                    v = backend.variant_for(case.config)
+                    kw.setdefault("blocks_per_sm", v.blocks_per_sm)
+                    kw.setdefault("tile_keys", v.tile_n or None)
+                split = choose_split_kv(case.config, self.sms, mma=path == "mma", **kw)
                 times[case.name] = self.timer(ours.runner(replace_split(case.config, split), self.inputs[case.name]))
         finally:
             backend.close()

@@ -14,7 +14,10 @@ per split. Two changes, both from the H200 (bench/kernels.py, 2026-12-04; docs/d
   latency-bound decode blocks do. 85% picked 7 splits for (8,32,8,32768,128) where 8 ran 13%
   faster.
 We count slots as SMs x resident blocks per SM (several of our blocks share an SM), and a split
-needs at least one tile of keys (`tile_keys`, the keys a block reads per step).
+needs at least one tile of keys (`tile_keys`, the keys a block reads per step). A third change
+for the memory-bound mma decode kernel: it does not split when its unsplit blocks already fill
+two per SM (MMA_SATURATING_BLOCKS_PER_SM), where FlashAttention's rule waits for 80% of every
+slot: the unsplit kernel then streams as fast, and a split adds the combine.
 """
 from __future__ import annotations
 
@@ -25,13 +28,20 @@ from attnconfig import AttentionConfig
 
 DEFAULT_MAX_SPLITS = 256
 EFFICIENCY_SHARE = 0.95
+# Blocks per SM of the mma decode kernel that already stream at the memory's speed: two
+# resident blocks per SM read as fast as three (H200: 256 blocks of 2048 keys ran in 44 µs
+# unsplit, 52 µs in 3 splits; bench/kernels.py, 2026-12-04).
+MMA_SATURATING_BLOCKS_PER_SM = 2
 
 
 def num_splits_heuristic(units: int, slots: int, key_tiles: int, max_splits: int = DEFAULT_MAX_SPLITS,
-                         share: float = EFFICIENCY_SHARE, count_tiles: bool = True) -> int:
+                         share: float = EFFICIENCY_SHARE, count_tiles: bool = True,
+                         saturating: int | None = None) -> int:
     """The split count for `units` blocks per split, `slots` concurrent blocks and `key_tiles`
-    tiles of keys. share=0.85, count_tiles=False is FlashAttention's rule as it stands."""
-    if units >= 0.8 * slots:
+    tiles of keys. share=0.85, count_tiles=False is FlashAttention's rule as it stands.
+    `saturating`: the blocks that already keep the memory busy (default: slots); with 80% of
+    them in one split, splitting only adds the combine."""
+    if units >= 0.8 * (saturating or slots):
         return 1
     max_splits = max(1, min(max_splits, slots, key_tiles))
 
@@ -58,7 +68,7 @@ def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | 
     """The split count for `config` on a GPU with `num_sms` SMs (the config's own split_kv is
     ignored). `mma`: the device runs the tensor-core path. Blocks per SM and keys per tile
     default to the variant's: the grouped path steps by 128 keys with 4 blocks per SM, the
-    mma path by its tile_n with 3 (its decode variant's register budget)."""
+    mma path by its tile_n with the variant's min_blocks (MMA_DECODE_SHAPES)."""
     from kernels.variants import select_variant
 
     v = select_variant(replace_split(config, 1), mma=mma)
@@ -67,11 +77,12 @@ def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | 
     else:
         units = config.g * config.num_heads_q * config.seq_len_q
     if blocks_per_sm is None:
-        blocks_per_sm = 3 if v.path == "mma" else 4
+        blocks_per_sm = v.blocks_per_sm or 4
     if tile_keys is None:
         tile_keys = v.tile_n if v.path == "mma" else 128
     key_tiles = -(-config.seq_len_k // tile_keys)
-    return num_splits_heuristic(units, num_sms * blocks_per_sm, key_tiles, max_splits)
+    saturating = num_sms * MMA_SATURATING_BLOCKS_PER_SM if v.path == "mma" else None
+    return num_splits_heuristic(units, num_sms * blocks_per_sm, key_tiles, max_splits, saturating=saturating)
 
 
 def replace_split(config: AttentionConfig, split_kv: int) -> AttentionConfig:

@@ -183,7 +183,7 @@ class HipBackend(DeviceBackend):
         # hip-python packs a tuple of ctypes objects in `extra` with the kernel's alignment rules.
         extra = tuple(a.as_ctypes() for a in launch.args)
         self._check(self._hip.hipModuleLaunchKernel(
-            function, *launch.grid, *launch.block, sharedMemBytes=0, stream=None,
+            function, *launch.grid, *launch.block, sharedMemBytes=launch.shared_bytes, stream=None,
             kernelParams=None, extra=extra), f"hipModuleLaunchKernel({launch.kernel})")
 
     def _rt_event_pair(self) -> tuple[Any, Any]:

@@ -51,7 +51,7 @@ DEFAULT_BLOCK_N = 32                    # keys per KV block (SPEC §3 block_n)
 DEFAULT_BLOCK_M = 1                     # query rows per thread block (rowwise path)
 DEFAULT_THREADS = 128                   # threads per block (must be a multiple of block_n)
 COMBINE_THREADS = 256                   # threads per block of the combine kernel
-COMBINE_DIMS = 16                       # value dims per combine block (ATTN_COMBINE_DIMS)
+COMBINE_MAX_GROUPS = 16                 # split groups of a combine block, at most (many splits)
 MAX_SPLITS = 1024                       # the combine's shared weights (ATTN_MAX_SPLITS)
 GROUPED_DTYPES = ("f16", "bf16", "f32")
 GROUPED_MAX_ROWS = 4                    # query rows sharing one K/V pass (more: out of registers)
@@ -101,6 +101,7 @@ class Variant:
     defects: tuple[str, ...] = ()
     path: str = "rowwise"
     tile_n: int = 0          # mma path: keys per shared-memory tile (the others step by `threads`)
+    min_blocks: int = 0      # mma path: blocks per SM its register budget must allow (__launch_bounds__)
 
     def __post_init__(self) -> None:
         if self.dtype not in QK_CPP:
@@ -124,8 +125,13 @@ class Variant:
                 raise ValueError("mma path: block_m and tile_n must be multiples of 16, threads of 32")
             if self.tile_n % (self.key_groups * 16):
                 raise ValueError(f"mma path: tile_n={self.tile_n} gives a warp fewer than 16 keys")
-        elif self.tile_n:
-            raise ValueError("tile_n: only the mma path has shared-memory tiles")
+            if not 1 <= self.min_blocks <= 8:
+                raise ValueError("mma path: min_blocks must be in 1..8")
+            if self.shared_bytes > MMA_MAX_SHARED:
+                raise ValueError(f"mma path: {self.shared_bytes} B of shared memory per block > {MMA_MAX_SHARED} "
+                                 "(what a kernel gets without opting in)")
+        elif self.tile_n or self.min_blocks:
+            raise ValueError("tile_n, min_blocks: only the mma path has shared-memory tiles")
         if tuple(sorted(set(self.defects))) != self.defects:
             raise ValueError("defects: must be sorted and unique")
         for d in self.defects:
@@ -136,7 +142,7 @@ class Variant:
         base = (f"attn_{self.dtype}_qk{_bucket_label(self.dqk_bucket)}_v{_bucket_label(self.dv_bucket)}"
                 f"_n{self.block_n}_m{self.block_m}_t{self.threads}")
         if self.path == "mma":
-            base += f"_k{self.tile_n}"
+            base += f"_k{self.tile_n}_b{self.min_blocks}"
         if self.path != "rowwise":
             base += "_" + self.path
         if self.defects:
@@ -149,10 +155,28 @@ class Variant:
         return self.threads // 32 // (self.block_m // 16) if self.path == "mma" else 1
 
     @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory of the split kernel (AttnMmaSmem in attention.hip; the kernel
+        traps if it gets less): one K and one V tile of padded rows, or the key groups' merge if
+        larger."""
+        if self.path != "mma":
+            return 0
+        tiles = self.tile_n * (self.dqk_bucket + 8 + self.dv_bucket + 8) * 2
+        merge = (self.key_groups // 2) * (self.block_m // 16) * 16 * (self.dv_bucket + 2) * 4
+        return max(tiles, merge)
+
+    @property
+    def blocks_per_sm(self) -> int | None:
+        """The blocks one SM runs at once that the variant was built for (the automatic split
+        sizes waves by it); None: the path's own default."""
+        return self.min_blocks if self.path == "mma" else None
+
+    @property
     def fwd_expr(self) -> str:
         if self.path == "mma":
             return (f"attn_splitkv_fwd_mma<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
-                    f"{self.block_n}, {self.tile_n}, {self.block_m // 16}, {self.key_groups}>")
+                    f"{self.block_n}, {self.tile_n}, {self.block_m // 16}, {self.key_groups}, "
+                    f"{self.min_blocks}>")
         if self.path == "grouped":
             return (f"attn_splitkv_fwd_grouped<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
                     f"{self.block_n}, {self.threads}, {self.block_m}>")
@@ -190,15 +214,27 @@ def mma_applies(config: AttentionConfig) -> bool:
             and not (c.trans_q or c.trans_k or c.trans_v))
 
 
+# The mma path's decode shapes by head-dim buckets (dqk + dv): keys per tile, warps splitting a
+# tile's keys, blocks per SM its register budget must allow. Measured on the H200
+# (bench/tune_mma.py; docs/decisions.md).
+MMA_DECODE_SHAPES = (   # (dqk + dv up to, tile_n, key_groups, min_blocks)
+    (256, 64, 4, 3),
+    (512, 32, 2, 3),
+)
+MMA_MAX_SHARED = 48 * 1024   # what a kernel gets without opting in to more
+FUSED_COMBINE_MAX_SPLITS = 8
+
+
 def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[str, int]:
-    """block_m, threads and tile_n of the mma path. Decode (a kv head's rows fit one 16-row
-    tile): one row tile, the tile's keys split over 16-key warp groups. Otherwise four row
-    tiles of 16. 64-key tiles, 32 where both head dims together pass 256 (48 KB of shared
-    memory per block)."""
-    tile_n = 64 if dqk_bucket + dv_bucket <= 256 else 32
+    """block_m, threads, tile_n and min_blocks of the mma path. Decode (a kv head's rows fit one
+    16-row tile): one row tile, each tile's keys split over 16-key warp groups
+    (MMA_DECODE_SHAPES). Otherwise (prefill) four row tiles of 16 and 64-key tiles (32 where
+    both head dims together pass 256)."""
     if config.gqa_ratio * config.seq_len_q <= MMA_DECODE_ROWS:
-        return {"block_m": 16, "threads": 32 * (tile_n // 16), "tile_n": tile_n}
-    return {"block_m": 64, "threads": 128, "tile_n": tile_n}
+        _, tile_n, groups, min_blocks = next(x for x in MMA_DECODE_SHAPES if dqk_bucket + dv_bucket <= x[0])
+        return {"block_m": 16, "threads": 32 * groups, "tile_n": tile_n, "min_blocks": min_blocks}
+    tile_n = 64 if dqk_bucket + dv_bucket <= 256 else 32
+    return {"block_m": 64, "threads": 128, "tile_n": tile_n, "min_blocks": 1}
 
 
 def select_variant(config: AttentionConfig, defects: frozenset[str] | Sequence[str] = (),
@@ -291,6 +327,7 @@ class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     args: tuple[Arg, ...]
+    shared_bytes: int = 0   # dynamic shared memory
 
 
 def fwd_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int], *,
@@ -314,14 +351,41 @@ def fwd_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int]
         i32(c.split_kv), i32(1 if split else 0), i32(1 if c.causal else 0), f32(scale),
         f32(quant_scale), i32(quant_zero_point),
     )
-    if variant.path in ("grouped", "mma"):
-        groups = -(-(c.gqa_ratio * sq) // variant.block_m)
-        grid_x = g * hkv * groups
-    else:
-        grid_x = g * hq * sq
+    if variant.path == "mma":
+        fused = bool(buf.get("combine_count"))
+        if fused:   # the kernel's last block per row tile writes O and LSE (fuses_combine)
+            args = (*args[:4], ptr(buf["o"]), ptr(buf.get("lse", 0)), *args[6:])
+        args = (*args, ptr(buf.get("combine_count", 0)))
+    grid_x = fwd_blocks_x(c, variant)
     if grid_x > MAX_GRID_X:
         raise NotApplicable("grid_too_large", f"grid x = {grid_x} > {MAX_GRID_X}")
-    return Launch("fwd", (grid_x, c.split_kv, 1), (variant.threads, 1, 1), args)
+    return Launch("fwd", (grid_x, c.split_kv, 1), (variant.threads, 1, 1), args, variant.shared_bytes)
+
+
+def fwd_blocks_x(config: AttentionConfig, variant: Variant) -> int:
+    """Blocks of one split: one per query row (rowwise), per group of a kv head's rows (the others)."""
+    c = config
+    if variant.path in ("grouped", "mma"):
+        return c.g * c.num_heads_kv * -(-(c.gqa_ratio * c.seq_len_q) // variant.block_m)
+    return c.g * c.num_heads_q * c.seq_len_q
+
+
+def fuses_combine(config: AttentionConfig, variant: Variant) -> bool:
+    """Whether the split kernel combines the splits itself (its last block per row tile; the mma
+    decode variant, up to FUSED_COMBINE_MAX_SPLITS splits): one launch, not two. Past that, a
+    row's many splits are better read by the combine kernel's many blocks at once."""
+    return (variant.path == "mma" and variant.block_m == 16 and 1 < config.split_kv <= FUSED_COMBINE_MAX_SPLITS
+            and (4 + variant.block_m * (config.split_kv + 2)) * 4 <= variant.shared_bytes)
+
+
+def launch_plan(config: AttentionConfig, variant: Variant, buf: Mapping[str, int], *,
+                quant_scale: float = 1.0, quant_zero_point: int = 0) -> list[Launch]:
+    """The launches of one attention call: the split kernel, then the combine unless the split
+    kernel fuses it (buf holds "combine_count", zeroed int32 per block of a split: fuses_combine)."""
+    launches = [fwd_launch(config, variant, buf, quant_scale=quant_scale, quant_zero_point=quant_zero_point)]
+    if config.split_kv > 1 and not buf.get("combine_count"):
+        launches.append(combine_launch(config, variant, buf))
+    return launches
 
 
 def combine_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int]) -> Launch:
@@ -332,8 +396,24 @@ def combine_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, 
         i32(c.g), i32(c.num_heads_q), i32(c.seq_len_q), i32(c.head_dim_v),
         *map(i64, os_), i32(c.split_kv),
     )
-    dim_blocks = -(-c.head_dim_v // COMBINE_DIMS)
-    return Launch("combine", (c.g * c.num_heads_q * c.seq_len_q, dim_blocks, 1), (COMBINE_THREADS, 1, 1), args)
+    dims = combine_dims(c.split_kv, c.head_dim_v)
+    dim_blocks = -(-c.head_dim_v // dims)
+    return Launch("combine", (c.g * c.num_heads_q * c.seq_len_q, dim_blocks, 1), (COMBINE_THREADS, 1, 1),
+                  (*args, i32(dims)))
+
+
+def combine_dims(splits: int, dv: int) -> int:
+    """Value dims per combine block: its threads form COMBINE_THREADS / dims groups, each summing
+    every group-th split of those dims. As many groups as splits (a power of two, at most
+    COMBINE_MAX_GROUPS), and no more dims than the row has (rounded up to a power of two): a
+    row with 3 splits is one block of all its dims, a decode row with 256 splits 16 groups of 16."""
+    groups = 1
+    while groups * 2 <= min(splits, COMBINE_MAX_GROUPS):
+        groups *= 2
+    dims = COMBINE_THREADS // groups
+    while dims // 2 >= dv and dims > 1:
+        dims //= 2
+    return dims
 
 
 # ---- host-side tensors ----------------------------------------------------------------------
@@ -476,6 +556,8 @@ class DeviceBackend(Backend, abc.ABC):
     kernel_path: str = "auto"
     #: whether the device runs the mma path (NVIDIA sm_80+); set by the subclass constructor
     mma_capable: bool = False
+    #: whether the mma decode kernel combines few splits itself (fuses_combine); False: two launches
+    fuse_combine: bool = True
 
     def variant_for(self, config: AttentionConfig) -> Variant:
         return select_variant(config, self.defects, self.kernel_path, mma=self.mma_capable)
@@ -566,19 +648,26 @@ class DeviceBackend(Backend, abc.ABC):
                 size, pattern = nan_fill_pattern(dtype)
                 self._rt_memset(buf[name], size, pattern, count)
             self.last_alloc = {k: int(np.prod(s)) * d.itemsize for k, (s, d) in outputs.items()}
+            if self.fuse_combine and fuses_combine(c, variant):
+                blocks = fwd_blocks_x(c, variant)
+                buf["combine_count"] = self._rt_malloc(4 * blocks)
+                self._rt_memset(buf["combine_count"], 4, 0, blocks)
             transfer_s = time.perf_counter() - t0
 
-            launches = [fwd_launch(c, variant, buf,
-                                   quant_scale=float(inputs.get("quant_scale", 1.0)),
-                                   quant_zero_point=int(inputs.get("quant_zero_point", 0)))]
-            if c.split_kv > 1:
-                launches.append(combine_launch(c, variant, buf))
+            launches = launch_plan(c, variant, buf, quant_scale=float(inputs.get("quant_scale", 1.0)),
+                                   quant_zero_point=int(inputs.get("quant_zero_point", 0)))
             events = self._rt_event_pair()
             self._rt_record(events[0])
             for launch in launches:
                 self._rt_launch(loaded.functions[launch.kernel], launch)
             self._rt_record(events[1])
             run_s = self._rt_elapsed_s(*events)
+            if "combine_count" in buf:   # the last block of every row tile must have combined and re-armed
+                counts = np.empty(fwd_blocks_x(c, variant), dtype=np.int32)
+                self._rt_dtoh(counts, buf["combine_count"])
+                if counts.any():
+                    raise LaunchError(f"fused combine: {int((counts != 0).sum())} row tiles left their split "
+                                      "counters armed (no block saw itself last)")
 
             t1 = time.perf_counter()
             got = {}

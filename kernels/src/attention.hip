@@ -560,20 +560,24 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 }
 
 // ---- the tensor-core split kernel (NVIDIA sm_80 and newer) ---------------------------------
-// attn_splitkv_fwd_mma<T, DQK_B, DV_B, BLOCK_N, BN, WM, WN>: the same contract, arguments and
-// outputs as attn_splitkv_fwd, for f16/bf16 with head dims that are multiples of 8 up to 256,
-// Q/K/V rows contiguous and 16-byte aligned (no transposed Q, K or V). An architecture-specific
-// fast path (mma.sync m16n8k16 with f32 accumulators, ldmatrix, cp.async): the grouped and
-// rowwise kernels above stay the portable path, and the host picks this one only on NVIDIA
-// GPUs of compute capability 8.0 or newer (kernels/variants.py).
-//   grid  = (g * hkv * ceil(hq/hkv * sq / (16*WM)), S), block = 32*WM*WN threads.
+// attn_splitkv_fwd_mma<T, DQK_B, DV_B, BLOCK_N, BN, WM, WN, MINB>: the same contract,
+// arguments and outputs as attn_splitkv_fwd, for f16/bf16 with head dims that are multiples of 8
+// up to 256, Q/K/V rows contiguous and 16-byte aligned (no transposed Q, K or V). An
+// architecture-specific fast path (mma.sync m16n8k16 with f32 accumulators, ldmatrix, cp.async):
+// the grouped and rowwise kernels above stay the portable path, and the host picks this one only
+// on NVIDIA GPUs of compute capability 8.0 or newer (kernels/variants.py).
+//   grid  = (g * hkv * ceil(hq/hkv * sq / (16*WM)), S), block = 32*WM*WN threads,
+//   dynamic shared memory = AttnMmaSmem<...>::bytes (the host computes the same: Variant.shared_bytes).
 // A block serves 16*WM rows of one kv head (the grouped path's head-major packing: decode's GQA
 // rows share one K/V pass), warp (wm, wn) the rows 16*wm.. and, of every tile of BN keys, the
 // keys wn*BN/WN..: prefill runs WM = 4 row tiles, decode WN = BN/16 key groups whose softmax
 // states merge once at the end. K and V tiles go to shared memory by cp.async, V of tile t
 // while S = Q.K^T of tile t is computed and K of tile t+1 while P.V of tile t is, as
-// FlashAttention 2 does. P is rounded to T for P.V (SPEC §1 allows it); l sums the f32 P.
-// Split boundaries, masks, guards and defect switches are those of attn_splitkv_fwd.
+// FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode measured no faster on the
+// H200: docs/decisions.md.) With few splits, decode's last block per row tile also does the
+// combine (attn_fused_combine). P is rounded to T for P.V (SPEC §1 allows it); l sums the f32 P. MINB is the blocks per SM
+// the register budget must allow (__launch_bounds__). Split boundaries, masks, guards and
+// defect switches are those of attn_splitkv_fwd.
 #if defined(ATTN_HAVE_MMA_SM80)
 
 __device__ __forceinline__ unsigned attn_smem_addr(const void* p) {
@@ -621,14 +625,103 @@ __device__ __forceinline__ unsigned attn_pack2(float a, float b, __hip_bfloat16)
     return *reinterpret_cast<unsigned*>(&h);
 }
 
-// Blocks per SM the register budget of the decode shape (WN > 1) must allow: decode is memory
-// bound, and only resident blocks keep loads in flight.
-#ifndef ATTN_MMA_DECODE_MIN_BLOCKS
-#define ATTN_MMA_DECODE_MIN_BLOCKS 3
-#endif
+template <int DQK_B, int DV_B, int BN, int WM, int WN>
+struct AttnMmaSmem {
+    static constexpr int tiles = BN * (DQK_B + 8 + DV_B + 8) * 2;
+    static constexpr int merge = (WN / 2) * WM * 16 * (DV_B + 2) * 4;
+    static constexpr int bytes = tiles > merge ? tiles : merge;
+};
 
-template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN>
-__global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLOCKS : 1) attn_splitkv_fwd_mma(
+extern __shared__ __align__(16) unsigned char attn_mma_smem[];
+
+// The combine fused into the split kernel (combine_count set: the host's fuses_combine). Called
+// by every thread of a block after its partials are written and fenced: the last block of the
+// row tile to finish, counted by an atomic per tile, weights every split's partials as
+// attn_splitkv_combine does (no validity mask, M = -FLT_MAX when every LSE_s is -inf, O = 0 and
+// LSE = -inf on a zero denominator), writes O and LSE, then zeroes its counter for the next
+// launch. Partials are read past L1 (__ldcg): other SMs wrote them. Not inlined: it runs once
+// per block and must not take registers from the main loop.
+// smem: at least (4 + BM * (num_splits + 2)) floats. Of the kv head's rows (head-major: row rr
+// is head h0 + rr / sq, query rr % sq), this tile holds first_row.. first_row + BM - 1; those
+// below rows_per_kv are real.
+template <typename T, int BM, int NT>
+__device__ __noinline__ void attn_fused_combine(
+    unsigned char* smem, const float* __restrict__ o_part, const float* __restrict__ lse_part,
+    T* __restrict__ o, float* __restrict__ lse, int* __restrict__ combine_count,
+    int first_row, int rows_per_kv, int h0, int b, int hq, int sq, int dv, long long rows,
+    long long o_sb, long long o_sh, long long o_ss, long long o_sd, int num_splits)
+{
+    const int tid = (int)threadIdx.x;
+    int* last_s = reinterpret_cast<int*>(smem);
+    if (tid == 0) last_s[0] = atomicAdd(&combine_count[blockIdx.x], 1) == num_splits - 1;
+    __syncthreads();
+    if (!last_s[0]) return;
+    __threadfence();
+    float* w_s = reinterpret_cast<float*>(smem) + 4;    // [BM][num_splits]: LSEs, then weights
+    float* den_s = w_s + BM * num_splits;                 // [BM]
+    float* m_s = den_s + BM;                              // [BM]
+    auto row_of = [&](int r, int& h, int& qi) -> long long {   // -1: a padding row
+        const int rr = first_row + r;
+        if (rr >= rows_per_kv) return -1;
+        h = h0 + rr / sq;
+        qi = rr % sq;
+        return ((long long)b * hq + h) * sq + qi;
+    };
+    // The LSEs of every (real row, split) at once into shared memory, then per row its maximum
+    // and weights from there: a row's splits are not read one global latency after another.
+    const int nreal = min(BM, rows_per_kv - first_row);
+    for (int i = tid; i < nreal * num_splits; i += NT) {
+        int h, qi;
+        const long long row = row_of(i / num_splits, h, qi);
+        w_s[i] = __ldcg(lse_part + (long long)(i % num_splits) * rows + row);
+    }
+    __syncthreads();
+    if (tid < nreal) {
+        float* w = w_s + tid * num_splits;
+        float mx = -ATTN_FLT_MAX;   // fmaxf skips a NaN LSE_s, whose weight then shows it
+        for (int sp = 0; sp < num_splits; ++sp) mx = fmaxf(mx, w[sp]);
+        float den = 0.0f;
+        for (int sp = 0; sp < num_splits; ++sp) {
+            w[sp] = expf(w[sp] - mx);
+            den += w[sp];
+        }
+        den_s[tid] = den;
+        m_s[tid] = mx;
+    }
+    __syncthreads();
+    // Four value dims per thread and step (dv is a multiple of 8 on this path: 16-byte loads),
+    // only the tile's real rows, the splits' loads unrolled so that several are in flight.
+    const int dv4 = dv / 4;
+    for (int i = tid; i < nreal * dv4; i += NT) {
+        const int r = i / dv4, d = (i % dv4) * 4;
+        int h, qi;
+        const long long row = row_of(r, h, qi);
+        float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float* op = o_part + row * (long long)dv + d;
+#pragma unroll 8
+        for (int sp = 0; sp < num_splits; ++sp) {
+            const float w = w_s[r * num_splits + sp];
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(op + (long long)sp * rows * dv));
+            num.x += w * x.x; num.y += w * x.y; num.z += w * x.z; num.w += w * x.w;
+        }
+        const float den = den_s[r];
+        const bool zero = den == 0.0f;
+        T* out = o + (long long)b * o_sb + (long long)h * o_sh + (long long)qi * o_ss + (long long)d * o_sd;
+        out[0] = attn_from_float<T>(zero ? 0.0f : num.x / den);
+        out[o_sd] = attn_from_float<T>(zero ? 0.0f : num.y / den);
+        out[2 * o_sd] = attn_from_float<T>(zero ? 0.0f : num.z / den);
+        out[3 * o_sd] = attn_from_float<T>(zero ? 0.0f : num.w / den);
+    }
+    if (tid < nreal && lse) {
+        int h, qi;
+        const long long row = row_of(tid, h, qi);
+        lse[row] = den_s[tid] == 0.0f ? ATTN_NEG_INF : m_s[tid] + logf(den_s[tid]);
+    }
+    if (tid == 0) combine_count[blockIdx.x] = 0;
+}
+
+template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int MINB>
+__global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     const T* __restrict__ bias, T* __restrict__ o, float* __restrict__ lse,
     float* __restrict__ o_part, float* __restrict__ lse_part,
@@ -639,7 +732,7 @@ __global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLO
     long long v_sb, long long v_sh, long long v_ss, long long v_sd,
     long long o_sb, long long o_sh, long long o_ss, long long o_sd,
     int num_splits, int write_partials, int causal, float qk_scale,
-    float quant_scale, int quant_zero_point)
+    float quant_scale, int quant_zero_point, int* __restrict__ combine_count)
 {
     constexpr int NT = 32 * WM * WN;
     constexpr int BM = 16 * WM;            // rows of the block
@@ -650,15 +743,18 @@ __global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLO
     constexpr int KS = DQK_B + 8;          // shared row strides: +16 bytes puts the 8 rows an
     constexpr int VS = DV_B + 8;           // ldmatrix reads in different banks
     constexpr int CK = DQK_B / 8, CV = DV_B / 8;   // 16-byte chunks of a K / V row
-    constexpr int TILE_BYTES = BN * (KS + VS) * (int)sizeof(T);
-    constexpr int MERGE_BYTES = (WN / 2) * WM * 16 * (DV_B + 2) * (int)sizeof(float);
-    constexpr int SMEM = TILE_BYTES > MERGE_BYTES ? TILE_BYTES : MERGE_BYTES;
+    constexpr int SMEM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN>::bytes;
     static_assert(DQK_B % 16 == 0 && DV_B % 16 == 0 && DQK_B <= 256 && DV_B <= 256, "mma path: head dims");
     static_assert(NKW % 16 == 0 && (WN & (WN - 1)) == 0, "mma path: a warp takes a multiple of 16 keys per tile");
-    static_assert(SMEM <= 48 * 1024, "mma path: static shared memory");
+    static_assert(sizeof(T) == 2 && SMEM <= 48 * 1024, "mma path: 16-bit types, 48 KB of shared memory");
     static_assert(NT % CK == 0 && NT % CV == 0 && (BN * CK) % NT == 0 && (BN * CV) % NT == 0, "mma path: tile loads");
 
-    __shared__ __align__(16) unsigned char smem[SMEM];
+    unsigned char* smem = attn_mma_smem;
+    {
+        unsigned have;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+        if (have < (unsigned)SMEM) __trap();   // the host's Variant.shared_bytes disagrees
+    }
     T* k_s = reinterpret_cast<T*>(smem);
     T* v_s = k_s + BN * KS;
 
@@ -755,17 +851,8 @@ __global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLO
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
 
-    const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
-    if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, dqk, key_begin);
-    attn_cp_commit();
-    for (int t = 0; t < n_tiles; ++t) {
-        const int j0 = key_begin + t * BN;
-        attn_cp_wait<0>();
-        __syncthreads();                      // K(t) is in; every warp is past P.V(t-1)
-        load_tile(v_s, vp, v_ss, VS, CV, dv, j0);
-        attn_cp_commit();
-
-        float s[NST][4];
+    // S = Q.K^T of the warp's keys of one tile (K rows in shared memory at ks).
+    auto tile_qk = [&](const T* ks, float (&s)[NST][4]) {
 #pragma unroll
         for (int n = 0; n < NST; ++n)
 #pragma unroll
@@ -776,15 +863,14 @@ __global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLO
             for (int np = 0; np < NST / 2; ++np) {
                 unsigned r[4];
                 const int key = wn * NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-                attn_ldsm_x4(r, k_s + key * KS + kk * 16 + ((lane >> 3) & 1) * 8);
+                attn_ldsm_x4(r, ks + key * KS + kk * 16 + ((lane >> 3) & 1) * 8);
                 attn_mma(s[2 * np], qf[kk], r[0], r[1], T());
                 attn_mma(s[2 * np + 1], qf[kk], r[2], r[3], T());
             }
-        __syncthreads();                      // every warp is done with K(t)
-        if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, dqk, j0 + BN);
-        attn_cp_commit();
+    };
 
-        // Masks, scale, bias, then the online softmax of the lane's two rows.
+    // Masks, scale, bias, then the online softmax of the lane's two rows; s becomes P.
+    auto tile_softmax = [&](float (&s)[NST][4], int j0) {
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
             float mx = ATTN_NEG_INF;
@@ -840,9 +926,10 @@ __global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLO
                 acc[n][2 * x + 1] *= alpha;
             }
         }
+    };
 
-        attn_cp_wait<1>();
-        __syncthreads();                      // V(t) is in (K(t+1) may still be on its way)
+    // acc += P.V of the warp's keys of one tile (V rows in shared memory at vs).
+    auto tile_pv = [&](const T* vs, const float (&s)[NST][4]) {
 #pragma unroll
         for (int kk = 0; kk < NKW / 16; ++kk) {
             // The S accumulators of two 8-key tiles are the A fragment of one 16-key step.
@@ -855,11 +942,31 @@ __global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLO
 #pragma unroll
             for (int np = 0; np < NOV / 2; ++np) {
                 unsigned r[4];
-                attn_ldsm_x4_trans(r, v_s + key * VS + np * 16 + (lane >> 4) * 8);
+                attn_ldsm_x4_trans(r, vs + key * VS + np * 16 + (lane >> 4) * 8);
                 attn_mma(acc[2 * np], a, r[0], r[1], T());
                 attn_mma(acc[2 * np + 1], a, r[2], r[3], T());
             }
         }
+    };
+
+    const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
+    float s[NST][4];
+    if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, dqk, key_begin);
+    attn_cp_commit();
+    for (int t = 0; t < n_tiles; ++t) {
+        const int j0 = key_begin + t * BN;
+        attn_cp_wait<0>();
+        __syncthreads();                      // K(t) is in; every warp is past P.V(t-1)
+        load_tile(v_s, vp, v_ss, VS, CV, dv, j0);
+        attn_cp_commit();
+        tile_qk(k_s, s);
+        __syncthreads();                      // every warp is done with K(t)
+        if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, dqk, j0 + BN);
+        attn_cp_commit();
+        tile_softmax(s, j0);
+        attn_cp_wait<1>();
+        __syncthreads();                      // V(t) is in (K(t+1) may still be on its way)
+        tile_pv(v_s, s);
     }
     attn_cp_wait<0>();
 
@@ -910,71 +1017,78 @@ __global__ void __launch_bounds__(32 * WM * WN, WN > 1 ? ATTN_MMA_DECODE_MIN_BLO
             }
         }
     }
-    if (wn != 0) return;
-
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        if (!rvalid[x]) continue;
-#ifdef ATTN_DEFECT_NO_ZERO_SUM_GUARD
-        const bool empty = false;
-#else
-        const bool empty = (l[x] == 0.0f);
-#endif
-        const float inv_l = empty ? 0.0f : 1.0f / l[x];
-        const float lse_val = empty ? ATTN_NEG_INF : m[x] + logf(l[x]);
-        const long long row = rowid[x];
-        if (write_partials) {
-            float* op = o_part + ((long long)split * rows + row) * (long long)dv;
-#pragma unroll
-            for (int n = 0; n < NOV; ++n)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int d = n * 8 + tq * 2 + e;
-                    if (d < dv) op[d] = empty ? 0.0f : acc[n][2 * x + e] * inv_l;
-                }
-            if (tq == 0) lse_part[(long long)split * rows + row] = lse_val;
-        } else {
-            T* op = o + (long long)b * o_sb + (long long)rh[x] * o_sh + (long long)rq[x] * o_ss;
-#pragma unroll
-            for (int n = 0; n < NOV; ++n)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int d = n * 8 + tq * 2 + e;
-                    if (d < dv) op[(long long)d * o_sd] = attn_from_float<T>(empty ? 0.0f : acc[n][2 * x + e] * inv_l);
-                }
-            if (lse && tq == 0) lse[row] = lse_val;
+    if (wn == 0) {
+    #pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            if (!rvalid[x]) continue;
+    #ifdef ATTN_DEFECT_NO_ZERO_SUM_GUARD
+            const bool empty = false;
+    #else
+            const bool empty = (l[x] == 0.0f);
+    #endif
+            const float inv_l = empty ? 0.0f : 1.0f / l[x];
+            const float lse_val = empty ? ATTN_NEG_INF : m[x] + logf(l[x]);
+            const long long row = rowid[x];
+            if (write_partials) {
+                float* op = o_part + ((long long)split * rows + row) * (long long)dv;
+    #pragma unroll
+                for (int n = 0; n < NOV; ++n)
+    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int d = n * 8 + tq * 2 + e;
+                        if (d < dv) op[d] = empty ? 0.0f : acc[n][2 * x + e] * inv_l;
+                    }
+                if (tq == 0) lse_part[(long long)split * rows + row] = lse_val;
+            } else {
+                T* op = o + (long long)b * o_sb + (long long)rh[x] * o_sh + (long long)rq[x] * o_ss;
+    #pragma unroll
+                for (int n = 0; n < NOV; ++n)
+    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int d = n * 8 + tq * 2 + e;
+                        if (d < dv) op[(long long)d * o_sd] = attn_from_float<T>(empty ? 0.0f : acc[n][2 * x + e] * inv_l);
+                    }
+                if (lse && tq == 0) lse[row] = lse_val;
+            }
         }
+    }
+
+    // The combine, fused (decode with few splits): the last block of this row tile combines.
+    if (combine_count) {
+        __threadfence();                      // this block's partials are visible before it counts
+        __syncthreads();
+        attn_fused_combine<T, BM, NT>(smem, o_part, lse_part, o, lse, combine_count, grp * BM, rows_per_kv,
+                                      kvh * ratio, b, hq, sq, dv, rows, o_sb, o_sh, o_ss, o_sd, num_splits);
     }
 }
 #endif  // ATTN_HAVE_MMA_SM80
 
 // ---- the combine kernel --------------------------------------------------------------------
 // attn_splitkv_combine<OT, LT, NT>
-//   grid = (g*Hq*Sq, ceil(dv / ATTN_COMBINE_DIMS)), block = NT (a multiple of ATTN_COMBINE_DIMS).
+//   grid = (g*Hq*Sq, ceil(dv / dims)), block = NT (a power of two, at least 64); dims, a power
+//   of two dividing NT, is the host's choice (kernels/variants.py combine_dims): the value dims
+//   a block sums, its NT / dims thread groups each taking every (NT/dims)-th split.
 //   Weights EVERY split by exp(LSE_s - M), no validity mask (M = -FLT_MAX when all LSE_s are
-//   -inf; a zero denominator stores O = 0, LSE = -inf). The weights are computed once per row
-//   into shared memory; thread (d, sg) sums splits sg, sg + NT/DIMS, ... of value dim d, so a
-//   row with many splits is read by many threads at once (decode has few rows, many splits).
-#ifndef ATTN_COMBINE_DIMS
-#define ATTN_COMBINE_DIMS 16
-#endif
+//   -inf; a zero denominator stores O = 0, LSE = -inf). The weights are computed once per block
+//   into shared memory. Few splits (most rows): one block sums a row's whole value vector;
+//   many splits (decode of a few rows): many groups read a row's splits at once.
 #ifndef ATTN_MAX_SPLITS
 #define ATTN_MAX_SPLITS 1024
 #endif
 
+// Reduces x over the block: within 32-lane groups by shuffles, then across groups in t_s.
 template <int NT, bool MAX>
 __device__ __forceinline__ float attn_block_reduce(float x, float* t_s) {
-    t_s[threadIdx.x] = x;
-    __syncthreads();
 #pragma unroll
-    for (int w = NT / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w) {
-            const float a = t_s[threadIdx.x], b = t_s[threadIdx.x + w];
-            t_s[threadIdx.x] = MAX ? fmaxf(a, b) : a + b;
-        }
-        __syncthreads();
+    for (int m = 16; m > 0; m /= 2) {
+        const float y = ATTN_SHFL_XOR(x, m);
+        x = MAX ? fmaxf(x, y) : x + y;
     }
-    const float r = t_s[0];
+    if ((threadIdx.x & 31) == 0) t_s[threadIdx.x / 32] = x;
+    __syncthreads();
+    float r = t_s[0];
+#pragma unroll
+    for (int w = 1; w < NT / 32; ++w) r = MAX ? fmaxf(r, t_s[w]) : r + t_s[w];
     __syncthreads();
     return r;
 }
@@ -985,14 +1099,12 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
     OT* __restrict__ o, LT* __restrict__ lse,
     int g, int hq, int sq, int dv,
     long long o_sb, long long o_sh, long long o_ss, long long o_sd,
-    int num_splits)
+    int num_splits, int dims)
 {
-    constexpr int DIMS = ATTN_COMBINE_DIMS;
-    constexpr int SG = NT / DIMS;
-    static_assert(NT % DIMS == 0 && (NT & (NT - 1)) == 0, "NT: a power of two, a multiple of ATTN_COMBINE_DIMS");
+    static_assert(NT >= 64 && (NT & (NT - 1)) == 0, "NT: a power of two of at least two 32-lane groups");
     __shared__ float w_s[ATTN_MAX_SPLITS];
-    __shared__ float t_s[NT];
-    __shared__ float red_s[SG][DIMS];
+    __shared__ float t_s[NT / 32];
+    __shared__ float red_s[NT];
 
     const int tid = (int)threadIdx.x;
     const long long row = (long long)blockIdx.x;
@@ -1013,22 +1125,23 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
         w_s[s] = w;
         part += w;
     }
-    const float den = attn_block_reduce<NT, false>(part, t_s);   // also orders the w_s writes
+    const float den = attn_block_reduce<NT, false>(part, t_s);   // its barrier orders the w_s writes
     const bool zero = (den == 0.0f);
 
-    const int dd = tid % DIMS, sg = tid / DIMS;
-    const int d = (int)blockIdx.y * DIMS + dd;
+    const int groups = NT / dims;
+    const int dd = tid % dims, sg = tid / dims;
+    const int d = (int)blockIdx.y * dims + dd;
     float num = 0.0f;
     if (d < dv) {
         const float* op_d = o_part + row * (long long)dv + d;
-#pragma unroll 8
-        for (int s = sg; s < num_splits; s += SG) num += w_s[s] * op_d[(long long)s * rows * dv];
+#pragma unroll 4
+        for (int s = sg; s < num_splits; s += groups) num += w_s[s] * op_d[(long long)s * rows * dv];
     }
-    red_s[sg][dd] = num;
+    red_s[tid] = num;
     __syncthreads();
     if (sg == 0 && d < dv) {
         float tot = 0.0f;
-        for (int t = 0; t < SG; ++t) tot += red_s[t][dd];
+        for (int t = 0; t < groups; ++t) tot += red_s[t * dims + dd];
         OT* op = o + (long long)b * o_sb + (long long)h * o_sh + (long long)qi * o_ss;
         op[(long long)d * o_sd] = attn_from_float<OT>(zero ? 0.0f : tot / den);
     }

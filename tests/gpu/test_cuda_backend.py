@@ -319,6 +319,57 @@ def test_random_configs_on_the_mma_path(cuda_backend):
     assert not bad, bad[:5]
 
 
+# Decode configs whose splits hold 0, 1, 2, 3 and many key tiles, ragged and causal-prefix
+# caches: the split kernel's tile loop and the combine (fused for few splits) at their edges.
+DECODE_SPLIT_CASES = [
+    cfg(dtype="f16", g=2, num_heads_q=32, num_heads_kv=8, seq_len_q=1, seq_len_k=2000, head_dim_qk=128,
+        head_dim_v=128, split_kv=s, return_lse=s > 1, current_seq_len=[1999, 150]) for s in (1, 3, 8, 16, 40)
+] + [
+    cfg(dtype="bf16", g=1, num_heads_q=8, num_heads_kv=1, seq_len_q=1, seq_len_k=4100, head_dim_qk=64,
+        head_dim_v=64, split_kv=7, return_lse=True, causal=True, prefix_offset=[3000]),
+    cfg(dtype="f16", g=1, num_heads_q=4, num_heads_kv=2, seq_len_q=1, seq_len_k=1000, head_dim_qk=256,
+        head_dim_v=256, split_kv=2, return_lse=True, with_attn_bias=True),
+    cfg(dtype="bf16", g=3, num_heads_q=16, num_heads_kv=1, seq_len_q=1, seq_len_k=600, head_dim_qk=96,
+        head_dim_v=160, split_kv=5, return_lse=True, current_seq_len=[0, 599, 64], trans_o=True),
+]
+
+
+@pytest.mark.parametrize("c", DECODE_SPLIT_CASES, ids=lambda c: f"{c.dtype}-s{c.split_kv}-{c.content_hash()[:8]}")
+def test_decode_split_edges_match_reference(cuda_backend, c):
+    assert not _failing_on(cuda_backend, [c], "mma" if cuda_backend.mma_capable else "grouped")
+
+
+def test_mma_decode_fuses_the_combine_and_matches_either_way(cuda_backend):
+    from kernels.variants import fuses_combine
+
+    if not cuda_backend.mma_capable:
+        pytest.skip("this GPU has no mma path")
+    split = [c for c in DECODE_SPLIT_CASES + MMA_CASES if c.split_kv > 1]
+    fused = [c for c in split if fuses_combine(c, cuda_backend.variant_for(c))]
+    assert len(fused) >= 5
+    assert not _failing_on(cuda_backend, fused, "mma")      # run() also checks the counters re-armed
+    cuda_backend.fuse_combine = False
+    try:
+        assert not _failing_on(cuda_backend, fused, "mma")
+    finally:
+        cuda_backend.fuse_combine = True
+
+
+def test_mma_decode_variants_reach_their_blocks_per_sm(cuda_backend):
+    from kernels.variants import MMA_DECODE_SHAPES
+
+    if not cuda_backend.mma_capable:
+        pytest.skip("this GPU has no mma path")
+    for dsum, *_ in MMA_DECODE_SHAPES:
+        c = cfg(dtype="f16", g=1, num_heads_q=8, num_heads_kv=1, seq_len_q=1, seq_len_k=256,
+                head_dim_qk=dsum // 2, head_dim_v=dsum // 2)
+        prepared = cuda_backend.prepare(c)
+        v = prepared.handle.variant
+        assert v.path == "mma" and v.block_m == 16 and v.key_groups > 1
+        # the automatic split counts v.min_blocks resident blocks per SM: the driver must agree
+        assert cuda_backend.resident_blocks(prepared) >= v.min_blocks, v.name
+
+
 def test_random_configs_match_reference(cuda_backend):
     bad = []
     for c in random_configs(60, seed=1):

@@ -71,3 +71,15 @@ def test_split_kv_zero_is_resolved_to_the_automatic_count_and_others_are_kept():
 def test_split_kv_zero_without_a_gpu_names_the_field():
     with pytest.raises(ValueError, match=r"split_kv: 0 \(automatic\) needs a GPU backend"):
         resolve_split({"split_kv": 0}, None)
+
+
+def test_mma_decode_does_not_split_blocks_that_already_fill_two_per_sm():
+    # 256 blocks of 2048 keys (32 x 8 kv heads): 2 per SM stream at memory speed on the mma
+    # path, so no split; the grouped path (4 per SM, 528 slots) still splits them.
+    c = decode(32, 32, 8, 2048, 64)
+    assert choose_split_kv(c, H200_SMS, mma=True) == 1
+    assert choose_split_kv(c, H200_SMS) == 2
+    # below 80% of 2 per SM the wave rule decides, as before
+    assert choose_split_kv(decode(16, 64, 8, 8192, 128), H200_SMS, mma=True) > 1
+    assert num_splits_heuristic(200, 396, 32, saturating=264) > 1
+    assert num_splits_heuristic(212, 396, 32, saturating=264) == 1

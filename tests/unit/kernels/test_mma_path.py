@@ -18,7 +18,19 @@ import pytest
 from attnconfig import AttentionConfig
 from kernels.autosplit import choose_split_kv
 from kernels.backend import NotApplicable
-from kernels.variants import SRC_DIR, Variant, fwd_launch, mma_applies, select_variant
+from kernels.variants import (
+    MMA_DECODE_SHAPES,
+    MMA_MAX_SHARED,
+    SRC_DIR,
+    Variant,
+    combine_launch,
+    fuses_combine,
+    fwd_blocks_x,
+    fwd_launch,
+    launch_plan,
+    mma_applies,
+    select_variant,
+)
 from workers.enqueue import variant_key
 
 
@@ -55,29 +67,66 @@ def test_auto_takes_mma_only_where_the_device_has_it():
 
 def test_decode_splits_tiles_by_keys_and_prefill_by_rows():
     dec = select_variant(cfg(), mma=True)               # 4 rows per kv head
-    assert (dec.block_m, dec.threads, dec.tile_n, dec.key_groups) == (16, 128, 64, 4)
-    assert dec.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 1, 4>"
-    assert dec.name == "attn_f16_qk128_v128_n32_m16_t128_k64_mma"
-    big = select_variant(cfg(dtype="bf16", head_dim_qk=256, head_dim_v=192), mma=True)   # 48 KB: 32-key tiles
-    assert (big.tile_n, big.threads, big.key_groups) == (32, 64, 2)
-    assert big.fwd_expr == "attn_splitkv_fwd_mma<__hip_bfloat16, 256, 256, 32, 32, 1, 2>"
+    _, tile_n, groups, minb = next(x for x in MMA_DECODE_SHAPES if 256 <= x[0])
+    assert (dec.block_m, dec.threads, dec.tile_n, dec.key_groups, dec.min_blocks) == \
+        (16, 32 * groups, tile_n, groups, minb)
+    assert dec.fwd_expr == f"attn_splitkv_fwd_mma<__half, 128, 128, 32, {tile_n}, 1, {groups}, {minb}>"
+    assert dec.name == f"attn_f16_qk128_v128_n32_m16_t{32 * groups}_k{tile_n}_b{minb}_mma"
+    assert dec.blocks_per_sm == minb and groups > 1
+    # a larger head dim falls in the next class of the table
+    big = select_variant(cfg(dtype="bf16", head_dim_qk=256, head_dim_v=192), mma=True)
+    assert (big.tile_n, big.key_groups) == MMA_DECODE_SHAPES[-1][1:3]
     pre = select_variant(cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512), mma=True)
-    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups) == (64, 128, 64, 1)
-    assert pre.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 4, 1>"
+    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups, pre.min_blocks) == (64, 128, 64, 1, 1)
+    assert pre.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 4, 1, 1>"
     # 17 rows per kv head no longer fit one row tile
     assert select_variant(cfg(seq_len_q=17, num_heads_q=8, num_heads_kv=8), mma=True).block_m == 64
 
 
-def test_mma_variants_are_checked_and_named_apart():
-    with pytest.raises(ValueError, match="mma path runs"):
-        Variant("f32", 128, 128, block_m=16, threads=128, tile_n=64, path="mma")
-    with pytest.raises(ValueError, match="fewer than 16 keys"):
-        Variant("f16", 128, 128, block_m=16, threads=256, tile_n=64, path="mma")   # 8 warps x 8 keys
-    with pytest.raises(ValueError, match="tile_n"):
-        Variant("f16", 128, 128, tile_n=64)
-    a = Variant("f16", 128, 128, block_m=16, threads=128, tile_n=64, path="mma")
-    b = Variant("f16", 128, 128, block_m=16, threads=64, tile_n=32, path="mma")
-    assert len({a.name, b.name, select_variant(cfg()).name}) == 3
+def test_every_mma_variant_fits_the_shared_memory_a_kernel_gets_without_opting_in():
+    for dqk in (32, 64, 128, 256):
+        for dv in (32, 64, 128, 256):
+            for sq, hq in ((1, 8), (256, 8)):
+                v = select_variant(cfg(head_dim_qk=dqk, head_dim_v=dv, seq_len_q=sq, num_heads_q=hq, num_heads_kv=8),
+                                   mma=True)
+                assert 0 < v.shared_bytes <= MMA_MAX_SHARED, v.name
+    # one K and one V tile of padded rows (16 bytes more a row: ldmatrix's rows in other banks)
+    v = Variant("f16", 128, 128, block_m=16, threads=128, tile_n=64, path="mma", min_blocks=3)
+    assert v.shared_bytes == 64 * (136 + 136) * 2
+    v = Variant("f16", 64, 32, block_m=16, threads=64, tile_n=32, path="mma", min_blocks=3)
+    assert v.shared_bytes == 32 * (72 + 40) * 2
+
+
+def test_launch_asks_for_the_variants_shared_memory():
+    buf = {"q": 1, "k": 2, "v": 3, "o": 4, "lse": 5, "o_part": 6, "lse_part": 7}
+    c = cfg(split_kv=8, return_lse=True)
+    v = select_variant(c, mma=True)
+    assert fwd_launch(c, v, buf).shared_bytes == v.shared_bytes > 0
+    assert combine_launch(c, v, buf).shared_bytes == 0
+    g = select_variant(c)
+    assert fwd_launch(c, g, buf).shared_bytes == 0
+
+
+def test_mma_decode_with_few_splits_combines_in_the_split_kernel():
+    buf = {"q": 1, "k": 2, "v": 3, "o": 4, "lse": 5, "o_part": 6, "lse_part": 7}
+    c = cfg(split_kv=8, return_lse=True)
+    v = select_variant(c, mma=True)
+    assert fuses_combine(c, v)
+    fused = launch_plan(c, v, {**buf, "combine_count": 9})
+    assert [ln.kernel for ln in fused] == ["fwd"]
+    args = [a.value for a in fused[0].args]
+    assert args[4:6] == [4, 5] and args[-1] == 9          # writes O and LSE; counts on buffer 9
+    two = launch_plan(c, v, buf)                           # no counter buffer: the combine kernel
+    assert [ln.kernel for ln in two] == ["fwd", "combine"]
+    assert [a.value for a in two[0].args][4:6] == [None, None] and two[0].args[-1].value is None
+    assert fwd_blocks_x(c, v) == 2 * 8 == fused[0].grid[0]
+    # many splits (a decode row's 256): the combine kernel's many blocks read them
+    assert not fuses_combine(cfg(split_kv=256, return_lse=True), v)
+    assert not fuses_combine(cfg(split_kv=1), v)
+    pre = cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512, split_kv=2, return_lse=True)
+    assert not fuses_combine(pre, select_variant(pre, mma=True))     # prefill row tiles
+    g = cfg(split_kv=8, return_lse=True)
+    assert not fuses_combine(g, select_variant(g))                   # the portable paths
 
 
 def test_mma_launch_grid_packs_a_kv_heads_rows():
@@ -93,8 +142,9 @@ def test_autosplit_counts_the_mma_paths_blocks_and_tiles():
     from kernels.autosplit import num_splits_heuristic
 
     c = cfg(g=1, num_heads_q=8, num_heads_kv=1, seq_len_k=16384)   # one block per split
-    # mma: 396 block slots (3 per SM) over 256 tiles of 64 keys; grouped: 528 slots, 128 tiles of 128
-    assert choose_split_kv(c, 132, mma=True) == num_splits_heuristic(1, 396, 256) == 256
+    # mma: the variant's blocks per SM and tiles; grouped: 528 slots (4 per SM), 128 tiles of 128
+    v = select_variant(c, mma=True)
+    assert choose_split_kv(c, 132, mma=True) == num_splits_heuristic(1, 132 * v.min_blocks, 16384 // v.tile_n)
     assert choose_split_kv(c, 132) == num_splits_heuristic(1, 528, 128) == 128
     assert choose_split_kv(cfg(g=64, seq_len_k=512), 132, mma=True) == 1
 
@@ -111,7 +161,7 @@ INSTANCES = [
     select_variant(cfg(dtype="bf16", num_heads_q=8, num_heads_kv=8, seq_len_q=256), mma=True),   # prefill
     select_variant(cfg(head_dim_qk=256, head_dim_v=256), mma=True),
     select_variant(cfg(dtype="bf16", head_dim_qk=40, head_dim_v=256, seq_len_q=64), mma=True),
-    Variant("f16", 64, 64, block_m=16, threads=128, tile_n=64, path="mma",
+    Variant("f16", 64, 64, block_m=16, threads=128, tile_n=64, path="mma", min_blocks=3,
             defects=("causal_off_by_one", "floor_blocks_per_split", "no_neginf_guard", "no_zero_sum_guard")),
 ]
 
@@ -120,8 +170,11 @@ INSTANCES = [
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str):
     refs = "\n".join(f"    (void*)&{v.fwd_expr}," for v in INSTANCES)
+    # the kernel's shared memory (AttnMmaSmem) is the host's Variant.shared_bytes, checked at compile time
+    smem = "\n".join(f"static_assert(AttnMmaSmem<{v.dqk_bucket}, {v.dv_bucket}, {v.tile_n}, {v.block_m // 16}, "
+                     f"{v.key_groups}>::bytes == {v.shared_bytes}, \"{v.name}\");" for v in INSTANCES)
     unit = tmp_path / "inst.cu"
-    unit.write_text(f'#include "attention.hip"\nvoid* instances[] = {{\n{refs}\n}};\n')
+    unit.write_text(f'#include "attention.hip"\n{smem}\nvoid* instances[] = {{\n{refs}\n}};\n')
     macros = sorted({m for v in INSTANCES for m in v.macro_options()})
     proc = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-std=c++17", f"-I{SRC_DIR}", "-Xptxas", "-v",
                            *macros, str(unit), "-o", str(tmp_path / "inst.cubin")],
@@ -131,8 +184,11 @@ def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str):
     compiled = re.findall(r"Compiling entry function '(\w+)'", report)
     assert len(compiled) == len(INSTANCES)
     # the f16 decode variant (D = 128): no spills under its blocks-per-SM register budget
+    dec = INSTANCES[0]
+    mangled = "attn_splitkv_fwd_mmaI6__half" + "".join(
+        f"Li{n}E" for n in (128, 128, 32, dec.tile_n, 1, dec.key_groups, dec.min_blocks))
     stats = re.split(r"Compiling entry function ", report)[1:]
-    decode = next(s for s in stats if "attn_splitkv_fwd_mmaI6__halfLi128ELi128ELi32ELi64ELi1ELi4E" in s)
+    decode = next(s for s in stats if mangled in s)
     assert "0 bytes spill stores" in decode
     regs = int(re.search(r"Used (\d+) registers", decode).group(1))
-    assert regs * 128 * 3 <= 65536      # 3 blocks of 128 threads per SM
+    assert regs * dec.threads * dec.min_blocks <= 65536

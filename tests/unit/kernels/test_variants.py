@@ -145,7 +145,11 @@ def test_launch_plans():
     assert len(f.args) == 39
     cl = combine_launch(c, v, buf)
     assert cl.grid == (8, 1, 1) and cl.block == (256, 1, 1) and [a.value for a in cl.args][:4] == [6, 7, 4, 5]
-    assert combine_launch(cfg(split_kv=2, return_lse=True, head_dim_v=40), v, buf).grid == (8, 3, 1)   # 16 dims a block
+    assert cl.args[-1].value == 16          # head dim 16 (cfg): one block sums all of a row's dims
+    # 2 splits of 40 dims: one block of 64 dims; 32 splits: 16 groups of 16 dims, 3 blocks a row
+    assert combine_launch(cfg(split_kv=2, return_lse=True, head_dim_v=40), v, buf).grid == (8, 1, 1)
+    many = combine_launch(cfg(split_kv=32, return_lse=True, head_dim_v=40), v, buf)
+    assert many.grid == (8, 3, 1) and many.args[-1].value == 16
     # grouped: one block per (batch, kv head, group of 4 of its 2 x 4 rows), per split
     gv = select_variant(c)
     assert gv.path == "grouped" and fwd_launch(c, gv, buf).grid == (2, 4, 1)

@@ -1,0 +1,43 @@
+"""Run one decode shape through our kernels a few times, for a profiler to watch.
+
+    ncu --kernel-name regex:attn_splitkv --launch-skip 2 --launch-count 2 --set full \\
+        python bench/profile_shape.py 16,64,8,8192,128 [--dtype f16] [--split 0] [--path auto]
+
+split 0: the automatic count. Prints the variant and split that ran and the median device time.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.kernels import Ours, Timer, decode_case, make_inputs  # noqa: E402
+from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shape", help="batch,Hq,Hkv,Sk,D")
+    ap.add_argument("--dtype", default="f16")
+    ap.add_argument("--split", type=int, default=0)
+    ap.add_argument("--path", default="auto")
+    ap.add_argument("--iters", type=int, default=5)
+    a = ap.parse_args()
+
+    import torch
+    from kernels.cuda import CudaBackend
+
+    backend = CudaBackend()
+    backend.kernel_path = a.path
+    case = decode_case(tuple(int(x) for x in a.shape.split(",")), a.dtype)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    split = a.split or choose_split_kv(case.config, sms, mma=backend.mma_capable)
+    run = Ours(backend).runner(replace_split(case.config, split), make_inputs(torch, case.config))
+    t = Timer(torch, a.iters)(run)
+    print(f"{case.name} {a.dtype} split={split} {run.variant}: {t * 1e6:.1f} us, {case.bytes / t / 1e12:.2f} TB/s")
+
+
+if __name__ == "__main__":
+    main()
