@@ -266,6 +266,10 @@ def worker(
         fail(f"--queue {queue!r}: must be cpu or gpu")
     if gpu is not None and queue != "gpu":
         fail("--gpu needs --queue gpu")
+    if concurrency > 1:
+        from sweeps.threads import cap_blas_threads
+
+        cap_blas_threads()  # before workers.start imports numpy: the forked children inherit its BLAS
     from core.settings import get_settings
     from workers.start import WorkerStartError, start_worker
 

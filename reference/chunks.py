@@ -154,3 +154,20 @@ def scatter_splits(dst: np.ndarray, piece: Piece, num_heads_kv: int, values: np.
     v6 = values.reshape(bc, hc, S, qc, ratio, *tail)  # grouped rows are q-major
     d6 = dst.reshape(S, g, num_heads_kv, ratio, *dst.shape[3:])
     d6[:, piece.batches, piece.kv_heads, :, piece.rows] = v6.transpose(2, 0, 1, 4, 3, *range(5, v6.ndim))
+
+
+def add_widened(dst: np.ndarray, src: np.ndarray, work: Workspace) -> None:
+    """dst += src, where src may be a strided view of a narrower float type (a bias tile).
+
+    A ufunc casting a strided f16/bf16 operand goes through small buffers at 4-6 ns an
+    element; copying the view as it is, then widening the contiguous copy, costs half. Widening
+    is exact, so the sums are the same bits.
+    """
+    if src.dtype == dst.dtype:
+        dst += src
+        return
+    raw = work.take("widen_raw", dst.shape, src.dtype)
+    raw[...] = src
+    wide = work.take("widen", dst.shape, dst.dtype)
+    wide[...] = raw
+    dst += wide

@@ -11,9 +11,12 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from attnconfig import AttentionConfig
-from reference.chunks import DEFAULT_BUDGET, Piece, Workspace, gather_rows, grouped_view, plan, scatter_rows
+from reference.chunks import (
+    DEFAULT_BUDGET, Piece, Workspace, add_widened, gather_rows, grouped_view, plan, scatter_rows,
+)
 from reference.inputs import as_config, softmax_scale
 from reference.masks import row_key_limits
+from reference.reduce import row_max
 from reference.rounding import round_to
 from reference.logits import scale_logits
 
@@ -78,13 +81,13 @@ def _attend(c: AttentionConfig, inputs: Mapping[str, Any], compute: np.dtype, p_
         s5 = s.reshape(bc, hc, qc, ratio, n_keys)
         scale_logits(s, i8, zero_point, quant_scale, scale)
         if bias is not None:
-            np.add(s5, grouped_view(bias, piece, hkv, slice(0, n_keys)), out=s5)
+            add_widened(s5, grouped_view(bias, piece, hkv, slice(0, n_keys)), work)
         first_hidden = int(limits.min()) + 1
         if first_hidden < n_keys:  # mask only the ragged band of keys some rows may not see
             hidden = np.arange(first_hidden, n_keys) > limits[..., None]  # [bc, qc, band]
             np.copyto(s5[..., first_hidden:], -np.inf, where=hidden[:, None, :, None, :])
 
-        m = s.max(axis=-1, keepdims=True)
+        m = row_max(s)[..., None]
         m[m == -np.inf] = 0  # fully masked row: exp(-inf - 0) = 0 instead of NaN
         s -= m
         np.exp(s, out=s)

@@ -16,6 +16,7 @@ import numpy as np
 from attnconfig import AttentionConfig
 from attnconfig.outcomes import METRIC_KEYS
 from reference.inputs import as_config
+from reference.reduce import row_max
 from reference.splitkv import RowScales
 
 TINY = float(np.finfo(np.float64).tiny)  # a Python float: x / TINY overflows to inf without a warning
@@ -52,7 +53,7 @@ def _row_denominator(mag: np.ndarray, row_scale: np.ndarray | None) -> np.ndarra
     row was averaged from. A row can cancel to nearly 0 (head_dim_v 1..7 shows it) while its
     rounding error stays proportional to that scale, so dividing by the row peak alone fails
     correct kernels; a wrong row still errs by the order of the scale."""
-    den = mag.max(axis=-1)
+    den = row_max(mag)
     if row_scale is not None:
         den = np.maximum(den, np.where(np.isfinite(row_scale), row_scale, 0.0))
     return np.maximum(den, TINY)
@@ -111,7 +112,7 @@ class _Accumulator:
         if zero_ref.any():
             rel[zero_ref] = 0.0
         self.max_rel = max(self.max_rel, float(rel.max()))
-        row = diff.max(axis=-1) / _row_denominator(mag, row_scale)
+        row = row_max(diff) / _row_denominator(mag, row_scale)
         self.row_err = max(self.row_err, float(row.max()))
         return True
 
@@ -264,9 +265,9 @@ def _partial_o_block(r32: np.ndarray, o32: np.ndarray, is_valid: np.ndarray, sca
     with np.errstate(invalid="ignore"):  # inf - inf: caught by the finiteness test below
         diff = np.subtract(r32, o32, dtype=np.float64)
     np.abs(diff, out=diff)
-    row_diff = diff.max(axis=-1) if diff.size else np.zeros(len(diff))
+    row_diff = row_max(diff) if diff.size else np.zeros(len(diff))
     mag = np.maximum(np.abs(r32), np.abs(o32))
-    row_mag = mag.max(axis=-1, initial=0).astype(np.float64) if mag.size else np.zeros(len(mag))
+    row_mag = row_max(mag).astype(np.float64) if mag.size else np.zeros(len(mag))  # mag >= 0: as initial=0
     if not (np.isfinite(row_diff).all() and np.isfinite(row_mag).all()):
         return None
     if not diff.size:

@@ -15,6 +15,7 @@ import numpy as np
 from attnconfig import AttentionConfig
 from reference.chunks import scatter_rows, scatter_splits
 from reference.inputs import as_config, output_dtypes
+from reference.reduce import row_max
 from reference.splits import F32, MaskedWeights, split_pieces, valid_splits
 
 
@@ -68,10 +69,12 @@ def attention_splitkv(config: AttentionConfig | Mapping[str, Any], inputs: Mappi
     # Zeros, not empty: the splits a piece never reaches keep O = 0 without being written
     # (fresh zero pages cost nothing until touched, and partial_metrics skips all-invalid
     # splits of the reference), so 64 splits over 3 keys cost one split.
+    # Likewise LSE = -inf and a row scale of 0 for the splits a piece never reaches: every
+    # piece writes only its `used` splits (with many splits and few keys, most are not).
     o_partials = np.zeros((S, *rows_shape, c.head_dim_v), dtype=F32)
-    lse_partials = np.empty((S, *rows_shape), dtype=F32)
+    lse_partials = np.full((S, *rows_shape), -np.inf, dtype=F32)
     valid = valid_splits(c, block_n)
-    part_scale = np.empty((S, *rows_shape), dtype=F32) if magnitude else None
+    part_scale = np.zeros((S, *rows_shape), dtype=F32) if magnitude else None
     if S == 1:
         # One split is always valid (key 0 is visible), its weight is exactly 1: the combine
         # returns the partial bit for bit, so the output shares its memory.
@@ -83,18 +86,16 @@ def attention_splitkv(config: AttentionConfig | Mapping[str, Any], inputs: Mappi
     valid_rows = valid[:, 0, :]  # [g, Sq]: the count depends on the batch entry and row only
     for piece, o, lse, o_mag, used in split_pieces(c, inputs, block_n, magnitude=magnitude, fill_empty=False):
         scatter_splits(o_partials[:used], piece, hkv, o[:, :, :used])
-        scatter_splits(lse_partials, piece, hkv, lse)
+        scatter_splits(lse_partials[:used], piece, hkv, lse[:, :, :used])
         if magnitude:
-            mag_rows = np.zeros(lse.shape, dtype=F32)
-            np.max(o_mag[:, :, :used], axis=-1, out=mag_rows[:, :, :used])
-            scatter_splits(part_scale, piece, hkv, mag_rows)
+            scatter_splits(part_scale[:used], piece, hkv, row_max(o_mag[:, :, :used]))
         if S > 1:
             piece_valid = np.repeat(valid_rows[piece.batches, piece.rows], ratio, axis=1)[:, None, :]  # [bc, 1, R]
             weights = MaskedWeights(np.moveaxis(lse, 2, 0), piece_valid)  # reads O of valid splits only
             scatter_rows(out_f32, piece, hkv, weights.combine(np.moveaxis(o, 2, 0)))
             scatter_rows(lse_f32, piece, hkv, weights.lse)
             if magnitude:
-                scatter_rows(out_scale, piece, hkv, weights.combine(np.moveaxis(o_mag, 2, 0)).max(axis=-1))
+                scatter_rows(out_scale, piece, hkv, row_max(weights.combine(np.moveaxis(o_mag, 2, 0))))
     if magnitude and S == 1:
         out_scale = part_scale[0]
     return SplitKVResult(

@@ -14,9 +14,12 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from attnconfig import AttentionConfig
-from reference.chunks import DEFAULT_BUDGET, Piece, Workspace, gather_rows, grouped_view, plan, scatter_splits
+from reference.chunks import (
+    DEFAULT_BUDGET, Piece, Workspace, add_widened, gather_rows, grouped_view, plan, scatter_splits,
+)
 from reference.inputs import softmax_scale
 from reference.masks import last_valid_keys, prefix_offsets, row_key_limits
+from reference.reduce import row_max
 from reference.rounding import round_to
 from reference.logits import scale_logits
 
@@ -177,11 +180,10 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
             l = work.take("l", (bc, hc, S, rows), F32)
             l.fill(0)
             acc = work.take("acc", (bc, hc, S, rows, dv), F32)
-            acc[:, :, :used].fill(0)
-            acc_mag = None
-            if magnitude:
-                acc_mag = work.take("acc_mag", (bc, hc, S, rows, dv), F32)
-                acc_mag[:, :, :used].fill(0)
+            acc_mag = work.take("acc_mag", (bc, hc, S, rows, dv), F32) if magnitude else None
+            if not guard_neginf:  # the guard lets the first tile skip the zeros (_accumulate)
+                for a in (acc, acc_mag) if acc_mag is not None else (acc,):
+                    a[:, :, :used].fill(0)
             for t in range(bps):
                 # Splits that still have a block at step t: a prefix, since splits are contiguous.
                 n_act = min(S, -(-(nb - t) // bps))
@@ -208,13 +210,13 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
                         bt = _key_blocks(bias_piece, 4, first, stride, n_act, block_n)
                     else:
                         bt = bias_piece[..., np.minimum(keys, sk - 1)]
-                    s6 += bt.transpose(0, 1, 4, 2, 3, 5)  # [bc, hc, n_act, qc, ratio, bn]
+                    add_widened(s6, bt.transpose(0, 1, 4, 2, 3, 5), work)  # [bc, hc, n_act, qc, ratio, bn]
                 if int(keys.max()) > min_limit:
                     hidden = keys[None, :, None, :] > limits[:, None, :, None]  # [bc, n_act, R, bn]
                     np.copyto(s, -np.inf, where=hidden[:, None])
 
                 m_old = m[:, :, :n_act]
-                m_new = np.maximum(m_old, s.max(axis=-1))
+                m_new = np.maximum(m_old, row_max(s))
                 # The -inf guard: a row that has seen no visible key yet subtracts 0, so
                 # exp(-inf - 0) = 0 instead of exp(-inf - (-inf)) = NaN.
                 m_sub = np.where(m_new == -np.inf, F32(0), m_new) if guard_neginf else m_new
@@ -226,14 +228,11 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
                     round_to(s, p_dtype, out=s)
                 pv = work.take("pv", (bc, hc, n_act, rows, dv), F32)
                 np.matmul(s, vt, out=pv)
-                acc_act = acc[:, :, :n_act]
-                acc_act *= alpha[..., None]
-                acc_act += pv
+                first_tile = t == 0 and guard_neginf
+                _accumulate(acc[:, :, :n_act], pv, alpha, first_tile)
                 if acc_mag is not None:
                     np.matmul(s, np.abs(vt, out=vt), out=pv)
-                    acc_act = acc_mag[:, :, :n_act]
-                    acc_act *= alpha[..., None]
-                    acc_act += pv
+                    _accumulate(acc_mag[:, :, :n_act], pv, alpha, first_tile)
                 m[:, :, :n_act] = m_new
 
             empty = l[:, :, :used] == 0
@@ -248,6 +247,20 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
                     a[:, :, used:].fill(F32(0) if guard_zero_sum else F32(np.nan))
             lse = np.where(l == 0, F32(-np.inf), m + np.log(l))
             yield piece, acc, lse, acc_mag, used
+
+
+def _accumulate(acc: np.ndarray, pv: np.ndarray, alpha: np.ndarray, first_tile: bool) -> None:
+    """acc = acc * alpha + pv, the online softmax's rescale and add.
+
+    On a split's first tile acc is 0 and, with the -inf guard, alpha = exp(-inf - m) = 0, so the
+    result is 0 + pv: one pass instead of zero-fill, multiply and add (most splits of a sweep
+    hold one tile). Adding 0 keeps what the sum gave for a -0 in pv (+0), bit for bit.
+    """
+    if first_tile:
+        np.add(pv, F32(0), out=acc)
+        return
+    acc *= alpha[..., None]
+    acc += pv
 
 
 class MaskedWeights:
@@ -271,7 +284,9 @@ class MaskedWeights:
         with np.errstate(divide="ignore"):
             self.weights = np.where(self.is_valid, np.exp(lse_v - top_safe), F32(0)).astype(F32)
             denom = self.weights[0].copy()
-            for s in range(1, S):  # in split order, as a sum over axis 0 adds them
+            # In split order, as a sum over axis 0 adds them; the splits from n_any on weigh +0
+            # everywhere, and x + 0 is x for the weights' x >= 0, so they are left out.
+            for s in range(1, self.n_any):
                 denom += self.weights[s]
             self.positive = denom > 0
             self.denom = np.where(self.positive, denom, F32(1))

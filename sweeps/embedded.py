@@ -11,7 +11,6 @@ free, and each result is stored with the name of the GPU that ran it.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import time
 from typing import Callable, Iterator
 
@@ -23,6 +22,7 @@ from store import repo
 from store.db import session_scope
 from sweeps.result import ConfigResult
 from sweeps.runner import run_config
+from sweeps.threads import cap_blas_threads
 
 _backend: Backend | None = None
 _worker = "embedded"
@@ -55,9 +55,7 @@ def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs:
         return
     if gpus and jobs < len(gpus):
         raise ValueError(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpus)})")
-    # One BLAS thread per process: jobs processes already fill the cores.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    cap_blas_threads()  # jobs processes already fill the cores
     # spawn, not fork: a forked child inherits a parent's CUDA context in a broken state (and
     # pinning a GPU only works before the runtime loads, in a fresh process).
     ctx = mp.get_context("spawn")
