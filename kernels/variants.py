@@ -218,6 +218,7 @@ def mma_applies(config: AttentionConfig) -> bool:
 # tile's keys, blocks per SM its register budget must allow. Measured on the H200
 # (bench/tune_mma.py; docs/decisions.md).
 MMA_DECODE_SHAPES = (   # (dqk + dv up to, tile_n, key_groups, min_blocks)
+    (128, 128, 2, 3),
     (256, 64, 4, 3),
     (512, 32, 2, 3),
 )
