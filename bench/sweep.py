@@ -121,7 +121,7 @@ def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_m
     if cold:
         os.environ["ATTNSWEEP_KERNEL_CACHE_DISABLE"] = "1"  # spawned workers inherit it
     try:
-        t0 = time.perf_counter()
+        t0, epoch0 = time.perf_counter(), time.time()
         execute_sweep(db_url, sweep_id, backend_name, jobs=jobs, on_result=results.append)
         wall = time.perf_counter() - t0
     finally:
@@ -129,7 +129,9 @@ def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_m
             os.environ.pop("ATTNSWEEP_KERNEL_CACHE_DISABLE", None)
         else:
             os.environ["ATTNSWEEP_KERNEL_CACHE_DISABLE"] = saved
-    return summarize(results, wall, jobs, sweep_id, warmup)
+    summary = summarize(results, wall, jobs, sweep_id, warmup)
+    summary["pool_idle"] = pool_idle(results, epoch0, wall)
+    return summary
 
 
 def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int, warmup: dict | None) -> dict:
@@ -162,6 +164,30 @@ def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int
     }
 
 
+def pool_idle(results: list[ConfigResult], epoch0: float, wall: float) -> dict | None:
+    """Process-seconds the pool spent outside run_config, from each result's epoch times
+    (sweeps/embedded.py): starting (spawn, imports, the backend and its GPU context), before
+    its first config; between configs (queues, pickling, freeing the last config's memory);
+    after its last (the tail)."""
+    by_pid: dict[float, list[ConfigResult]] = {}
+    for r in results:
+        if "pid" in r.timings:
+            by_pid.setdefault(r.timings["pid"], []).append(r)
+    if not by_pid:
+        return None
+    start = between = tail = 0.0
+    ready = []
+    for runs in by_pid.values():
+        runs.sort(key=lambda r: r.timings["began_at"])
+        ready.append(runs[0].timings["ready_at"] - epoch0)
+        start += runs[0].timings["began_at"] - epoch0
+        for a, b in zip(runs, runs[1:]):
+            between += b.timings["began_at"] - a.timings["began_at"] - a.timings["total_s"]
+        tail += epoch0 + wall - runs[-1].timings["began_at"] - runs[-1].timings["total_s"]
+    return {"processes": len(by_pid), "start_s": start, "between_s": between, "tail_s": tail,
+            "ready_min_s": min(ready), "ready_max_s": max(ready)}
+
+
 def by_size(results: list[ConfigResult]) -> list[dict]:
     """Mean seconds per config by quartile of reference flops: the fixed overhead shows as the
     first quartile's total_s."""
@@ -187,6 +213,11 @@ def print_run(name: str, summary: dict) -> None:
     print(f"\n{name}: {summary['configs']} configs in {summary['wall_s']:.1f} s = "
           f"{summary['configs_per_s']:.1f} configs/s ({summary['jobs']} jobs, worker utilisation "
           f"{summary['worker_utilisation']:.0%}); outcomes {summary['outcomes']}")
+    idle = summary.get("pool_idle")
+    if idle:
+        print(f"  pool idle, process-seconds: {idle['start_s']:.1f} starting ({idle['processes']} processes ready "
+              f"{idle['ready_min_s']:.1f}-{idle['ready_max_s']:.1f} s in), {idle['between_s']:.1f} between configs, "
+              f"{idle['tail_s']:.1f} in the tail")
     if summary["prewarm"]:
         w = summary["prewarm"]
         print(f"  (compile cache warmed first, not timed: {w['variants']} variants, {w['wall_s']:.1f} s)")

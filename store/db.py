@@ -27,8 +27,12 @@ def get_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
             # WAL lets readers (the CLI summary, the API) run beside the single writer.
+            # synchronous=NORMAL: WAL then syncs at checkpoints, not at every commit (a sweep
+            # commits once per config: 10 ms each on FULL). A crashed process loses nothing;
+            # a power cut can lose the last commits, whose configs stay queued and run again.
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 

@@ -7,29 +7,41 @@ and a re-run of the same sweep replaces rows instead of duplicating them.
 With `gpus` (`run --gpus`), the pool's processes are dealt round-robin over the listed GPUs,
 each pinned to its GPU before its backend loads a runtime; configs go to whichever process is
 free, and each result is stored with the name of the GPU that ran it.
+
+A process loads its backend (a GPU context: a second or more while a pool's processes all start
+at once) in a thread, and meanwhile draws its first config's inputs.
+
+A pool takes the costliest configs first (host_cost: the reference's flops and the inputs it
+draws): a config's cost spans four orders of magnitude, and one large config drawn last keeps
+one process busy while the others idle.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from attnconfig import parse_config
 from kernels import get_backend
 from kernels.backend import Backend
 from kernels.devices import pin_gpu
+from reference import make_inputs
 from store import repo
 from store.db import session_scope
+from sweeps.filters import host_cost
 from sweeps.result import ConfigResult
 from sweeps.runner import run_config
 from sweeps.threads import cap_blas_threads
 
-_backend: Backend | None = None
+_backend: Future[Backend] | None = None
 _worker = "embedded"
+_ready_at = 0.0
 
 
 def _init_worker(backend_name: str, defects: frozenset[str], gpus: tuple[int, ...] = (), counter=None) -> None:  # noqa: ANN001
-    global _backend, _worker
+    global _backend, _worker, _ready_at
     if gpus:
         with counter.get_lock():
             slot = counter.value
@@ -38,12 +50,39 @@ def _init_worker(backend_name: str, defects: frozenset[str], gpus: tuple[int, ..
         _worker = f"embedded-gpu{pin_gpu(gpus[entry])}"
         if len(set(gpus)) < len(gpus):  # several entries share a GPU: tell them apart
             _worker += f".{entry}"
-    _backend = get_backend(backend_name, defects=defects)
+    # The pin above is set before the thread starts: the runtime reads it when it loads.
+    _backend = ThreadPoolExecutor(1, thread_name_prefix="backend").submit(get_backend, backend_name, defects=defects)
+    _backend.add_done_callback(_mark_ready)
+
+
+def _mark_ready(_future: Future) -> None:
+    global _ready_at
+    _ready_at = time.time()
 
 
 def _run_one(config_json: dict) -> tuple[ConfigResult, str]:
     assert _backend is not None, "worker process not initialised"
-    return run_config(parse_config(config_json), _backend), _worker
+    began = time.time()
+    config = parse_config(config_json)
+    drawn = None
+    if not _backend.done():  # numpy's generator and the driver's calls run outside the GIL
+        t0 = time.perf_counter()
+        inputs = make_inputs(config)
+        drawn = (inputs, time.perf_counter() - t0)
+    # A backend that failed to load raises here, in the task: the sweep fails with its error
+    # (in a pool initializer it would restart the process forever).
+    result = run_config(config, _backend.result(), drawn=drawn)
+    # Not stored: epoch times that line up the pool's processes (bench/sweep.py shows where a
+    # pool idles: starting, between configs, in the tail).
+    result.timings.update(pid=float(os.getpid()), ready_at=_ready_at, began_at=began)
+    return result, _worker
+
+
+def largest_first(todo: list[dict]) -> list[dict]:
+    """The configs by decreasing host_cost (ties in the given order): longest processing time
+    first, the list-scheduling order whose last finisher waits least."""
+    costs = [host_cost(parse_config(cfg)) for cfg in todo]
+    return [todo[i] for i in sorted(range(len(todo)), key=lambda i: -costs[i])]
 
 
 def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs: int,
@@ -56,6 +95,7 @@ def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs:
     if gpus and jobs < len(gpus):
         raise ValueError(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpus)})")
     cap_blas_threads()  # jobs processes already fill the cores
+    todo = largest_first(todo)
     # spawn, not fork: a forked child inherits a parent's CUDA context in a broken state (and
     # pinning a GPU only works before the runtime loads, in a fresh process).
     ctx = mp.get_context("spawn")

@@ -53,6 +53,17 @@ def reference_flops(c: AttentionConfig) -> int:
     return c.g * c.num_heads_q * c.seq_len_q * c.seq_len_k * (2 * (c.head_dim_qk + c.head_dim_v) + 8)
 
 
+# Host seconds of one drawn input element (a float64 normal and its cast, about 10 ns) in
+# reference flops (numpy's matmuls and exponentials run at a few Gflop/s per core).
+INPUT_ELEMENT_FLOPS = 50
+
+
+def host_cost(c: AttentionConfig) -> int:
+    """A config's host time in flop units, for ordering work: the reference's flops plus the
+    input elements it draws (reference_bytes counts them, with the output, in f64)."""
+    return reference_flops(c) + INPUT_ELEMENT_FLOPS * (reference_bytes(c) // F64)
+
+
 def reference_bytes(c: AttentionConfig) -> int:
     """The reference's working set: its f64 output plus q, k, v and bias held in f64.
 

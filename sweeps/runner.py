@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any
+from typing import Any, Mapping
 
 from attnconfig import AttentionConfig
 from kernels.backend import (
@@ -23,8 +23,11 @@ from sweeps.policy import evaluate_with_gates, gates_for
 from sweeps.result import ConfigResult, reproducer_command
 
 
-def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] | None = None) -> ConfigResult:
-    """Run and judge one config. `gates` defaults to the sweep policy (sweeps.policy.gates_for)."""
+def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] | None = None,
+               drawn: tuple[Mapping[str, Any], float] | None = None) -> ConfigResult:
+    """Run and judge one config. `gates` defaults to the sweep policy (sweeps.policy.gates_for).
+    `drawn`: its make_inputs(config) and the seconds they took, drawn by the caller (while its
+    backend loaded); they count in inputs_s and total_s."""
     gates = gates if gates is not None else gates_for(config)
     info = backend.device_info()
     result = ConfigResult(
@@ -46,8 +49,8 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         result.variant, result.block_n, result.source_hash = prepared.variant, prepared.block_n, prepared.source_hash
 
         t0 = time.perf_counter()
-        inputs = make_inputs(config)
-        timings["inputs_s"] = time.perf_counter() - t0
+        inputs = make_inputs(config) if drawn is None else drawn[0]
+        timings["inputs_s"] = time.perf_counter() - t0 + (0.0 if drawn is None else drawn[1])
 
         t0 = time.perf_counter()
         out = backend.run(prepared, config, inputs)
@@ -81,5 +84,5 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         result.outcome, result.detail = "oom", str(exc)
     except MemoryError:
         result.outcome, result.detail = "oom", "host out of memory:\n" + traceback.format_exc(limit=5)
-    timings["total_s"] = time.perf_counter() - t_start
+    timings["total_s"] = time.perf_counter() - t_start + (0.0 if drawn is None else drawn[1])
     return result

@@ -1,6 +1,9 @@
 """The embedded sweep path times what bench/sweep.py reports, and the bench runs end to end."""
 import json
 
+import pytest
+
+from store import repo
 from store.db import session_scope
 from store.migrate import upgrade
 from sweeps.embedded import execute_sweep
@@ -37,3 +40,52 @@ def test_bench_sweep_runs_warm_and_cold_on_cpu(tmp_path, monkeypatch):
         assert set(saved[run]["phases_s"]) >= {"compile", "inputs", "transfers+kernel", "reference", "verify", "store"}
     assert saved["warm"]["outcomes"] == saved["cold"]["outcomes"]
     assert summary["warm_over_cold"] > 0
+
+
+def test_a_pool_takes_the_costliest_configs_first():
+    from attnconfig import parse_config
+    from sweeps.embedded import largest_first
+    from sweeps.filters import host_cost, reference_flops
+
+    base = dict(dtype="f16", g=1, seq_len_q=1, num_heads_q=8, num_heads_kv=8, head_dim_qk=64, head_dim_v=64)
+    todo = [dict(base, seq_len_k=sk) for sk in (64, 4096, 512, 4096, 16)]
+    todo[3]["with_attn_bias"] = True  # same flops as todo[1], more input to draw
+    ordered = largest_first(todo)
+    assert sorted(map(str, ordered)) == sorted(map(str, todo))  # a permutation: nothing lost or repeated
+    assert [c["seq_len_k"] for c in ordered] == [4096, 4096, 512, 64, 16]
+    assert ordered[0] is todo[3]
+    costs = [host_cost(parse_config(c)) for c in ordered]
+    assert costs == sorted(costs, reverse=True)
+    # The drawn inputs count: a config with fewer flops but far more elements to draw costs more.
+    drawn = parse_config(dict(base, seq_len_k=262144, head_dim_qk=1, head_dim_v=1))
+    wide = parse_config(dict(base, seq_len_k=4096, head_dim_qk=256, head_dim_v=256, num_heads_kv=1))
+    assert reference_flops(drawn) < reference_flops(wide) and host_cost(drawn) > host_cost(wide)
+
+
+def test_inputs_drawn_while_the_backend_loads_give_the_same_result():
+    from attnconfig import parse_config
+    from kernels import get_backend
+    from reference import make_inputs
+    from sweeps.runner import run_config
+
+    c = parse_config(dict(dtype="bf16", g=2, seq_len_q=3, seq_len_k=200, num_heads_q=4, num_heads_kv=2,
+                          head_dim_qk=32, head_dim_v=16, split_kv=4, return_lse=True, causal=True))
+    backend = get_backend("cpu")
+    plain = run_config(c, backend)
+    early = run_config(c, backend, drawn=(make_inputs(c), 0.25))
+    assert plain.outcome == early.outcome == "pass"
+    assert plain.metrics == early.metrics
+    assert early.timings["inputs_s"] >= 0.25 and early.timings["total_s"] >= 0.25 + early.timings["reference_s"]
+
+
+@pytest.mark.timeout(120)
+def test_a_backend_that_cannot_load_in_the_pool_fails_the_sweep_with_its_error(sqlite_url):
+    # hip without ROCm: the error comes back from the first task, not a pool restarting forever.
+    upgrade(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        sweep_id, _ = plan_sweep(s, SweepSpec(samples=3, seed=3, backend="cpu"), device_total_memory=None, device=None)
+    with pytest.raises(Exception, match="ROCm"):
+        execute_sweep(sqlite_url, sweep_id, "hip", jobs=2)
+    with session_scope(sqlite_url) as s:
+        assert repo.sweep_status(s, sweep_id) == "failed"
+        assert repo.sweep_counts(s, sweep_id)["outcomes"]["pass"] == 0

@@ -73,5 +73,6 @@ def test_the_embedded_pool_uses_the_same_cap(monkeypatch):
     # Stop before any process starts: the cap is set by then.
     monkeypatch.setattr(embedded.mp, "get_context", lambda _how: (_ for _ in ()).throw(RuntimeError("stop")))
     with pytest.raises(RuntimeError, match="stop"):
-        list(embedded._results([{}], "cpu", frozenset(), jobs=2))
+        cfg = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=8, num_heads_q=1, num_heads_kv=1, head_dim_qk=8, head_dim_v=8)
+        list(embedded._results([cfg], "cpu", frozenset(), jobs=2))
     assert {var: os.environ.get(var) for var in BLAS_THREAD_VARS} == {var: "1" for var in BLAS_THREAD_VARS}
