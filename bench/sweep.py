@@ -39,8 +39,8 @@ from kernels import get_backend
 from store.db import session_scope
 from store.migrate import upgrade
 from store import repo
-from sweeps.embedded import execute_sweep
-from sweeps.filters import reference_flops
+from sweeps.embedded import execute_sweep, start_pool_server
+from sweeps.filters import host_cost, reference_flops
 from sweeps.plan import plan_sweep
 from sweeps.result import ConfigResult
 from sweeps.spec import SweepSpec
@@ -184,8 +184,15 @@ def pool_idle(results: list[ConfigResult], epoch0: float, wall: float) -> dict |
         for a, b in zip(runs, runs[1:]):
             between += b.timings["began_at"] - a.timings["began_at"] - a.timings["total_s"]
         tail += epoch0 + wall - runs[-1].timings["began_at"] - runs[-1].timings["total_s"]
+    # The tail's cause: the configs that finished last, and where host_cost ranked them (rank 0
+    # is the costliest, which the pool starts first).
+    ranked = sorted((r for rs in by_pid.values() for r in rs), key=lambda r: -host_cost(r.config))
+    rank = {id(r): i for i, r in enumerate(ranked)}
+    last = sorted(ranked, key=lambda r: r.timings["began_at"] + r.timings["total_s"])[-len(by_pid):]
     return {"processes": len(by_pid), "start_s": start, "between_s": between, "tail_s": tail,
-            "ready_min_s": min(ready), "ready_max_s": max(ready)}
+            "ready_min_s": min(ready), "ready_max_s": max(ready),
+            "last_finished": [{"config": r.config.to_json(), "began_s": r.timings["began_at"] - epoch0,
+                               "total_s": r.timings["total_s"], "host_cost_rank": rank[id(r)]} for r in last]}
 
 
 def by_size(results: list[ConfigResult]) -> list[dict]:
@@ -218,6 +225,11 @@ def print_run(name: str, summary: dict) -> None:
         print(f"  pool idle, process-seconds: {idle['start_s']:.1f} starting ({idle['processes']} processes ready "
               f"{idle['ready_min_s']:.1f}-{idle['ready_max_s']:.1f} s in), {idle['between_s']:.1f} between configs, "
               f"{idle['tail_s']:.1f} in the tail")
+        end = idle["last_finished"][-1]
+        done = end["began_s"] + end["total_s"]
+        print(f"  last to finish: began {end['began_s']:.1f} s in, ran {end['total_s']:.2f} s, "
+              f"host_cost rank {end['host_cost_rank']} of {summary['configs']}; the sweep returned "
+              f"{summary['wall_s'] - done:.1f} s after it (the parent storing what was left, the pool's shutdown)")
     if summary["prewarm"]:
         w = summary["prewarm"]
         print(f"  (compile cache warmed first, not timed: {w['variants']} variants, {w['wall_s']:.1f} s)")
@@ -253,6 +265,8 @@ def main(argv: list[str] | None = None) -> dict:
         os.environ["ATTNSWEEP_KERNEL_CACHE"] = args.cache_dir or f"{tmp.name}/kernels"
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    if args.jobs > 1:
+        start_pool_server()  # as `attnsweep run` does before it plans the sweep
     upgrade(db_url)
     probe = get_backend(args.backend)
     info = probe.device_info()

@@ -89,6 +89,10 @@ def run(
                  splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
                  reference_bytes_limit=reference_bytes_limit, ranges=range_)
     defects = frozenset(defect)
+    if (jobs or 0) > 1 or gpus is not None:
+        from sweeps.embedded import start_pool_server
+
+        start_pool_server()  # its imports overlap the backend's start and the planning below
     try:
         be = get_backend(spec.backend, defects=defects)
     except (BackendUnavailable, ValueError) as exc:

@@ -1,8 +1,11 @@
 """Run a stored sweep in this process (or a pool of local processes), storing every result.
 
 The embedded mode of `attnsweep run`: no broker, no server. Results are written by this
-process alone, one transaction per config, so an interrupted sweep keeps what it finished
-and a re-run of the same sweep replaces rows instead of duplicating them.
+process alone, one transaction per batch of the results that are in (one config, unless the
+pool finishes them faster than a transaction: its last, smallest configs finish hundreds a
+second, and with a transaction each the parent fell seconds behind at the end). An interrupted
+sweep keeps what it committed, its other configs stay queued and run again, and a re-run of
+the same sweep replaces rows instead of duplicating them.
 
 With `gpus` (`run --gpus`), the pool's processes are dealt round-robin over the listed GPUs,
 each pinned to its GPU before its backend loads a runtime; configs go to whichever process is
@@ -35,13 +38,18 @@ from sweeps.result import ConfigResult
 from sweeps.runner import run_config
 from sweeps.threads import cap_blas_threads
 
+STORE_BATCH_MAX = 64  # results in one transaction at most
 _backend: Future[Backend] | None = None
 _worker = "embedded"
 _ready_at = 0.0
 
 
-def _init_worker(backend_name: str, defects: frozenset[str], gpus: tuple[int, ...] = (), counter=None) -> None:  # noqa: ANN001
+def _init_worker(backend_name: str, defects: frozenset[str], gpus: tuple[int, ...] = (), counter=None,  # noqa: ANN001
+                 environ: dict[str, str] | None = None) -> None:
     global _backend, _worker, _ready_at
+    if environ is not None:  # the parent's environment now, not the fork server's at its start
+        os.environ.clear()
+        os.environ.update(environ)
     if gpus:
         with counter.get_lock():
             slot = counter.value
@@ -78,6 +86,30 @@ def _run_one(config_json: dict) -> tuple[ConfigResult, str]:
     return result, _worker
 
 
+def _pool_context() -> mp.context.BaseContext:
+    """Not fork: a forked child inherits a parent's CUDA context in a broken state (and pinning
+    a GPU only works before the runtime loads). A fork server is a fresh process that loads no
+    GPU runtime: it imports numpy, the reference and the runner once, and each pool process
+    forks from it in milliseconds, where a spawned one spends seconds importing them again (all
+    of them at once). Each takes the parent's environment of the moment (_init_worker's
+    `environ`): the server keeps the one it started with."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["sweeps.embedded"])
+    return ctx
+
+
+def start_pool_server() -> None:
+    """Start the fork server now, so that its imports run while the caller plans the sweep (a
+    no-op where processes spawn). The BLAS cap goes first: the server's numpy keeps it."""
+    cap_blas_threads()
+    if _pool_context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 def largest_first(todo: list[dict]) -> list[dict]:
     """The configs by decreasing host_cost (ties in the given order): longest processing time
     first, the list-scheduling order whose last finisher waits least."""
@@ -86,22 +118,30 @@ def largest_first(todo: list[dict]) -> list[dict]:
 
 
 def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs: int,
-             gpus: tuple[int, ...] = ()) -> Iterator[tuple[ConfigResult, str]]:
+             gpus: tuple[int, ...] = ()) -> Iterator[list[tuple[ConfigResult, str]]]:
+    """Batches of (result, worker name): each holds the results that were in when it was taken."""
     if jobs <= 1 and not gpus:
         _init_worker(backend_name, defects)
         for cfg in todo:
-            yield _run_one(cfg)
+            yield [_run_one(cfg)]
         return
     if gpus and jobs < len(gpus):
         raise ValueError(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpus)})")
     cap_blas_threads()  # jobs processes already fill the cores
     todo = largest_first(todo)
-    # spawn, not fork: a forked child inherits a parent's CUDA context in a broken state (and
-    # pinning a GPU only works before the runtime loads, in a fresh process).
-    ctx = mp.get_context("spawn")
+    ctx = _pool_context()
     counter = ctx.Value("i", 0)
-    with ctx.Pool(jobs, initializer=_init_worker, initargs=(backend_name, defects, tuple(gpus), counter)) as pool:
-        yield from pool.imap_unordered(_run_one, todo, chunksize=1)
+    initargs = (backend_name, defects, tuple(gpus), counter, dict(os.environ))
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=initargs) as pool:
+        results = pool.imap_unordered(_run_one, todo, chunksize=1)
+        for first in results:
+            batch = [first]
+            while len(batch) < STORE_BATCH_MAX:
+                try:
+                    batch.append(results.next(timeout=0))
+                except (mp.TimeoutError, StopIteration):
+                    break
+            yield batch
 
 
 def execute_sweep(
@@ -117,14 +157,17 @@ def execute_sweep(
         todo = [cfg for _hash, cfg in repo.queued_configs(s, sweep_id)]
         repo.set_status(s, sweep_id, "running")
     try:
-        for result, worker in _results(todo, backend_name, defects, jobs, tuple(gpus)):
+        for batch in _results(todo, backend_name, defects, jobs, tuple(gpus)):
             t0 = time.perf_counter()
             with session_scope(db_url) as s:
-                repo.record_result(s, sweep_id, result.config_hash, result.to_row(), worker=worker)
-            # After the row is written, so not stored; bench/sweep.py reads it through on_result.
-            result.timings["store_s"] = time.perf_counter() - t0
-            if on_result:
-                on_result(result)
+                for result, worker in batch:
+                    repo.record_result(s, sweep_id, result.config_hash, result.to_row(), worker=worker)
+            # After the rows are written, so not stored; bench/sweep.py reads it through on_result.
+            store_s = (time.perf_counter() - t0) / len(batch)
+            for result, _worker_name in batch:
+                result.timings["store_s"] = store_s
+                if on_result:
+                    on_result(result)
     except BaseException as exc:
         with session_scope(db_url) as s:
             repo.set_status(s, sweep_id, "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled", error=repr(exc))

@@ -89,3 +89,19 @@ def test_a_backend_that_cannot_load_in_the_pool_fails_the_sweep_with_its_error(s
     with session_scope(sqlite_url) as s:
         assert repo.sweep_status(s, sweep_id) == "failed"
         assert repo.sweep_counts(s, sweep_id)["outcomes"]["pass"] == 0
+
+
+def test_results_that_arrive_while_the_store_is_busy_are_written_together():
+    import time
+
+    from sweeps.embedded import STORE_BATCH_MAX, _results
+
+    base = dict(dtype="f16", g=1, seq_len_q=1, num_heads_q=2, num_heads_kv=1, head_dim_qk=8, head_dim_v=8)
+    todo = [dict(base, seq_len_k=16 + i) for i in range(24)]
+    batches = _results(todo, "cpu", frozenset(), jobs=2)
+    first = next(batches)
+    time.sleep(3)  # a slow store: the pool finishes the rest meanwhile
+    rest = list(batches)
+    assert 1 < len(rest[0]) <= STORE_BATCH_MAX
+    got = [r.config.seq_len_k for batch in [first, *rest] for r, _worker in batch]
+    assert sorted(got) == [16 + i for i in range(24)]  # each config once

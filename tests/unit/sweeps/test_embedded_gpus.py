@@ -62,3 +62,18 @@ def test_a_sweep_over_two_gpus_stores_every_config_once_named_by_its_gpu(sqlite_
 def test_fewer_processes_than_gpu_entries_is_refused(sqlite_url):
     with pytest.raises(ValueError, match="--jobs 1: needs at least one process per --gpus entry"):
         list(embedded._results([], "cpu", frozenset(), 1, (0, 1)))
+
+
+def test_pool_processes_take_the_parents_environment_of_the_moment_not_the_servers(sqlite_url, monkeypatch):
+    # The fork server started before the mask was set (as `attnsweep run` starts it before it
+    # plans); the processes it forks must still pin through the parent's mask of now.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    embedded.start_pool_server()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    upgrade(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        sweep_id, _ = plan_sweep(s, SweepSpec(samples=6, seed=9, backend="cpu"), device_total_memory=None, device=None)
+    execute_sweep(sqlite_url, sweep_id, "cpu", jobs=2, gpus=[0, 1])
+    with session_scope(sqlite_url) as s:
+        by_worker = repo.results_by_worker(s, sweep_id)
+    assert sum(by_worker.values()) == 6 and set(by_worker) <= {"embedded-gpu6", "embedded-gpu7"}
