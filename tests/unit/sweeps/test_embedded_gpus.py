@@ -43,14 +43,20 @@ def test_entries_sharing_a_gpu_are_told_apart(clean_worker_state):
     assert names == ["embedded-gpu0.0", "embedded-gpu0.1"]
 
 
+def _sweep_over_gpus(url: str, samples: int, seed: int) -> tuple[int, dict[str, int]]:
+    """A cpu sweep in two processes dealt over --gpus 0,1; its id and results per worker name."""
+    upgrade(url)
+    with session_scope(url) as s:
+        sweep_id, _ = plan_sweep(s, SweepSpec(samples=samples, seed=seed, backend="cpu"), device_total_memory=None, device=None)
+    execute_sweep(url, sweep_id, "cpu", jobs=2, gpus=[0, 1])
+    with session_scope(url) as s:
+        return sweep_id, repo.results_by_worker(s, sweep_id)
+
+
 def test_a_sweep_over_two_gpus_stores_every_config_once_named_by_its_gpu(sqlite_url, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")  # children pin to 4 and 5
-    upgrade(sqlite_url)
+    sweep_id, by_worker = _sweep_over_gpus(sqlite_url, 12, 5)
     with session_scope(sqlite_url) as s:
-        sweep_id, _ = plan_sweep(s, SweepSpec(samples=12, seed=5, backend="cpu"), device_total_memory=None, device=None)
-    execute_sweep(sqlite_url, sweep_id, "cpu", jobs=2, gpus=[0, 1])
-    with session_scope(sqlite_url) as s:
-        by_worker = repo.results_by_worker(s, sweep_id)
         rows = s.scalar(select(func.count()).select_from(ConfigRun).where(ConfigRun.sweep_id == sweep_id))
         distinct = s.scalar(select(func.count(func.distinct(ConfigRun.config_hash))).where(ConfigRun.sweep_id == sweep_id))
         status = repo.sweep_status(s, sweep_id)
@@ -70,10 +76,5 @@ def test_pool_processes_take_the_parents_environment_of_the_moment_not_the_serve
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     embedded.start_pool_server()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
-    upgrade(sqlite_url)
-    with session_scope(sqlite_url) as s:
-        sweep_id, _ = plan_sweep(s, SweepSpec(samples=6, seed=9, backend="cpu"), device_total_memory=None, device=None)
-    execute_sweep(sqlite_url, sweep_id, "cpu", jobs=2, gpus=[0, 1])
-    with session_scope(sqlite_url) as s:
-        by_worker = repo.results_by_worker(s, sweep_id)
+    _sweep_id, by_worker = _sweep_over_gpus(sqlite_url, 6, 9)
     assert sum(by_worker.values()) == 6 and set(by_worker) <= {"embedded-gpu6", "embedded-gpu7"}
