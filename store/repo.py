@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from attnconfig import AttentionConfig
@@ -84,12 +84,37 @@ def create_sweep(
 
 def record_result(session: Session, sweep_id: int, config_hash: str, row: Mapping[str, Any], worker: str | None = None) -> None:
     """Write a config's result over its queued row: a re-run replaces, never duplicates."""
-    values = {**row, "state": "done", "worker": worker, "finished_at": now(), "attempts": ConfigRun.attempts + 1}
-    done = session.execute(
-        update(ConfigRun).where(ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash == config_hash).values(**values)
+    record_results(session, sweep_id, [(config_hash, row, worker)])
+
+
+def record_results(session: Session, sweep_id: int,
+                   results: Sequence[tuple[str, Mapping[str, Any], str | None]]) -> None:
+    """record_result for several (config_hash, row, worker) in one statement, executed once per
+    row (executemany). Building an ORM UPDATE of some forty columns costs about 2 ms a row in
+    SQLAlchemy and its execution 0.1 ms: the embedded pool's parent stores hundreds a second at
+    the end of a sweep. A column one row names and another does not is written NULL in the
+    other (ConfigResult.to_row names every column). Raises LookupError naming the configs the
+    sweep does not have (and writes none of them, as the caller's transaction rolls back)."""
+    if not results:
+        return
+    table = ConfigRun.__table__
+    keys = sorted({k for _h, row, _w in results for k in row})
+    stmt = (
+        update(table)
+        .where(table.c.sweep_id == bindparam("p_sweep_id"), table.c.config_hash == bindparam("p_config_hash"))
+        .values({**{k: bindparam("v_" + k, type_=table.c[k].type) for k in keys},
+                 "state": "done", "worker": bindparam("p_worker"), "finished_at": bindparam("p_finished_at"),
+                 "attempts": table.c.attempts + 1})
     )
-    if done.rowcount != 1:
-        raise LookupError(f"sweep {sweep_id} has no config {config_hash}")
+    params = [{"p_sweep_id": sweep_id, "p_config_hash": h, "p_worker": worker, "p_finished_at": now(),
+               **{"v_" + k: row.get(k) for k in keys}} for h, row, worker in results]
+    done = session.connection().execute(stmt, params)
+    if done.rowcount != len(results):
+        hashes = [h for h, _row, _w in results]
+        have = set(session.scalars(select(ConfigRun.config_hash).where(
+            ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash.in_(hashes))))
+        missing = [h for h in hashes if h not in have] or hashes
+        raise LookupError(f"sweep {sweep_id} has no config {', '.join(missing)}")
 
 
 def set_status(session: Session, sweep_id: int, status: str, error: str | None = None) -> None:

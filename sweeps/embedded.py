@@ -160,8 +160,7 @@ def execute_sweep(
         for batch in _results(todo, backend_name, defects, jobs, tuple(gpus)):
             t0 = time.perf_counter()
             with session_scope(db_url) as s:
-                for result, worker in batch:
-                    repo.record_result(s, sweep_id, result.config_hash, result.to_row(), worker=worker)
+                repo.record_results(s, sweep_id, [(r.config_hash, r.to_row(), worker) for r, worker in batch])
             # After the rows are written, so not stored; bench/sweep.py reads it through on_result.
             store_s = (time.perf_counter() - t0) / len(batch)
             for result, _worker_name in batch:

@@ -53,6 +53,26 @@ def test_result_for_unknown_config_is_refused_and_nothing_written(sqlite_url):
         assert s.scalar(select(func.count()).select_from(ConfigRun).where(ConfigRun.state == "done")) == 0
 
 
+def test_results_stored_together_land_as_one_by_one_and_a_stranger_spoils_the_batch(db_url):
+    upgrade(db_url)
+    sweep_id, configs = _sweep(db_url, 4)
+    h = [c.content_hash() for c in configs]
+    with session_scope(db_url) as s:
+        repo.record_result(s, sweep_id, h[0], {"outcome": "fail", "failed_gate": "rms", "out_rms": 0.5})
+    with session_scope(db_url) as s:   # rows with different columns, one of them a re-run
+        repo.record_results(s, sweep_id, [(h[0], {"outcome": "pass", "failed_gate": None, "out_rms": 1e-4}, "w1"),
+                                          (h[1], {"outcome": "nan", "out_nonfinite": 3}, "w2")])
+    with pytest.raises(LookupError, match="has no config " + "0" * 32):
+        with session_scope(db_url) as s:
+            repo.record_results(s, sweep_id, [(h[2], {"outcome": "pass"}, "w1"), ("0" * 32, {"outcome": "pass"}, "w1")])
+    with session_scope(db_url) as s:
+        got = {r.config_hash: (r.state, r.outcome, r.attempts, r.worker, r.out_rms, r.out_nonfinite)
+               for r in s.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id))}
+    assert got[h[0]] == ("done", "pass", 2, "w1", 1e-4, None)
+    assert got[h[1]] == ("done", "nan", 1, "w2", None, 3)
+    assert got[h[2]][0] != "done" and got[h[3]][0] != "done"   # the failed batch wrote nothing
+
+
 def test_duplicate_config_in_one_sweep_is_rejected(sqlite_url):
     from sqlalchemy.exc import IntegrityError
 
