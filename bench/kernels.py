@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attnconfig import AttentionConfig  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
-from kernels.variants import fuses_combine, fwd_blocks_x, launch_plan  # noqa: E402
+from kernels.variants import launch_plan  # noqa: E402
 
 DECODE = [(1, 32, 8, 131072, 128), (8, 32, 8, 32768, 128), (8, 32, 8, 4096, 128), (16, 64, 8, 8192, 128),
           (4, 32, 32, 16384, 128), (1, 8, 1, 65536, 128), (32, 32, 8, 2048, 64),
@@ -126,8 +126,9 @@ class Ours:
             lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
             keep += [op, lp, lse]
             buf.update(o_part=op.data_ptr(), lse_part=lp.data_ptr(), lse=lse.data_ptr())
-        if self.backend.fuse_combine and fuses_combine(c, loaded.variant):
-            count = torch.zeros(fwd_blocks_x(c, loaded.variant), dtype=torch.int32, device="cuda")
+        counters = self.backend.combine_counters(c, loaded.variant)
+        if counters:
+            count = torch.zeros(counters, dtype=torch.int32, device="cuda")
             keep.append(count)
             buf["combine_count"] = count.data_ptr()
         launches = launch_plan(c, loaded.variant, buf)

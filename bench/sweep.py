@@ -44,6 +44,7 @@ from sweeps.filters import host_cost, reference_flops
 from sweeps.plan import plan_sweep
 from sweeps.result import ConfigResult
 from sweeps.spec import SweepSpec
+from sweeps.threads import cap_blas_threads
 
 # (label, timing key); run_wall_s holds transfers + kernel, run_s and transfer_s are inside it.
 PHASES = (("compile", "compile_s"), ("inputs", "inputs_s"), ("transfers+kernel", "run_wall_s"),
@@ -263,8 +264,7 @@ def main(argv: list[str] | None = None) -> dict:
     db_url = args.db or f"sqlite:///{tmp.name}/bench.db"
     if args.cache_dir or "ATTNSWEEP_KERNEL_CACHE" not in os.environ:
         os.environ["ATTNSWEEP_KERNEL_CACHE"] = args.cache_dir or f"{tmp.name}/kernels"
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    cap_blas_threads()
     if args.jobs > 1:
         start_pool_server()  # as `attnsweep run` does before it plans the sweep
     upgrade(db_url)

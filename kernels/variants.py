@@ -563,6 +563,11 @@ class DeviceBackend(Backend, abc.ABC):
     def variant_for(self, config: AttentionConfig) -> Variant:
         return select_variant(config, self.defects, self.kernel_path, mma=self.mma_capable)
 
+    def combine_counters(self, config: AttentionConfig, variant: Variant) -> int:
+        """int32 split counters a call needs, zeroed (one per block of a split), when the split
+        kernel combines itself (fuse_combine and fuses_combine); 0: the combine kernel runs."""
+        return fwd_blocks_x(config, variant) if self.fuse_combine and fuses_combine(config, variant) else 0
+
     def cache_key_fields(self, variant: Variant, options: list[str]) -> dict[str, Any]:
         return {
             "variant": variant.name,
@@ -649,10 +654,10 @@ class DeviceBackend(Backend, abc.ABC):
                 size, pattern = nan_fill_pattern(dtype)
                 self._rt_memset(buf[name], size, pattern, count)
             self.last_alloc = {k: int(np.prod(s)) * d.itemsize for k, (s, d) in outputs.items()}
-            if self.fuse_combine and fuses_combine(c, variant):
-                blocks = fwd_blocks_x(c, variant)
-                buf["combine_count"] = self._rt_malloc(4 * blocks)
-                self._rt_memset(buf["combine_count"], 4, 0, blocks)
+            counters = self.combine_counters(c, variant)
+            if counters:
+                buf["combine_count"] = self._rt_malloc(4 * counters)
+                self._rt_memset(buf["combine_count"], 4, 0, counters)
             transfer_s = time.perf_counter() - t0
 
             launches = launch_plan(c, variant, buf, quant_scale=float(inputs.get("quant_scale", 1.0)),
@@ -663,8 +668,8 @@ class DeviceBackend(Backend, abc.ABC):
                 self._rt_launch(loaded.functions[launch.kernel], launch)
             self._rt_record(events[1])
             run_s = self._rt_elapsed_s(*events)
-            if "combine_count" in buf:   # the last block of every row tile must have combined and re-armed
-                counts = np.empty(fwd_blocks_x(c, variant), dtype=np.int32)
+            if counters:   # the last block of every row tile must have combined and re-armed
+                counts = np.empty(counters, dtype=np.int32)
                 self._rt_dtoh(counts, buf["combine_count"])
                 if counts.any():
                     raise LaunchError(f"fused combine: {int((counts != 0).sum())} row tiles left their split "

@@ -29,6 +29,7 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
     `drawn`: its make_inputs(config) and the seconds they took, drawn by the caller (while its
     backend loaded); they count in inputs_s and total_s."""
     gates = gates if gates is not None else gates_for(config)
+    drawn_s = drawn[1] if drawn is not None else 0.0
     info = backend.device_info()
     result = ConfigResult(
         config=config,
@@ -50,7 +51,7 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
 
         t0 = time.perf_counter()
         inputs = make_inputs(config) if drawn is None else drawn[0]
-        timings["inputs_s"] = time.perf_counter() - t0 + (0.0 if drawn is None else drawn[1])
+        timings["inputs_s"] = time.perf_counter() - t0 + drawn_s
 
         t0 = time.perf_counter()
         out = backend.run(prepared, config, inputs)
@@ -84,5 +85,5 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         result.outcome, result.detail = "oom", str(exc)
     except MemoryError:
         result.outcome, result.detail = "oom", "host out of memory:\n" + traceback.format_exc(limit=5)
-    timings["total_s"] = time.perf_counter() - t_start + (0.0 if drawn is None else drawn[1])
+    timings["total_s"] = time.perf_counter() - t_start + drawn_s
     return result
