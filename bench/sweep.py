@@ -10,7 +10,10 @@ result row per config in the database):
 1. warm: every kernel variant of the sweep is compiled into the compile cache first (not
    timed), then the sweep runs on fresh processes that find them there;
 2. cold: the same sweep with ATTNSWEEP_KERNEL_CACHE_DISABLE=1 (kernels/cache.py): no disk
-   cache and no in-process reuse, every config compiles its variant.
+   cache and no in-process reuse, every config compiles its variant;
+3. with --baseline-env VAR=VALUE: the warm sweep with those variables set (what a change
+   replaced, e.g. ATTNSWEEP_REF_STEP_KEYS=0 or ATTNSWEEP_DEVICE_POOL=0), then the warm sweep
+   once more, and the ratios of the two warm runs' mean to the baseline.
 
 For each it prints configs/s, and where the worker time goes: compile, inputs, run (the
 backend's launch call: transfers + kernel; on cpu the emulation), of it the kernel's event
@@ -113,23 +116,25 @@ def prewarm(db_url: str, sweep_id: int, backend_name: str, jobs: int) -> dict:
 
 
 def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_memory: int | None,
-             cold: bool, warm_first: bool) -> dict:
+             env: dict[str, str], warm_first: bool) -> dict:
+    """One sweep of `spec`; `env` is set while it runs (the pool's processes take the parent's
+    environment of the moment)."""
     with session_scope(db_url) as s:
         sweep_id, _ = plan_sweep(s, spec, device_total_memory=total_memory, device=None)
     warmup = prewarm(db_url, sweep_id, backend_name, jobs) if warm_first else None
     results: list[ConfigResult] = []
-    saved = os.environ.get("ATTNSWEEP_KERNEL_CACHE_DISABLE")
-    if cold:
-        os.environ["ATTNSWEEP_KERNEL_CACHE_DISABLE"] = "1"  # spawned workers inherit it
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     try:
         t0, epoch0 = time.perf_counter(), time.time()
         execute_sweep(db_url, sweep_id, backend_name, jobs=jobs, on_result=results.append)
         wall = time.perf_counter() - t0
     finally:
-        if saved is None:
-            os.environ.pop("ATTNSWEEP_KERNEL_CACHE_DISABLE", None)
-        else:
-            os.environ["ATTNSWEEP_KERNEL_CACHE_DISABLE"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     summary = summarize(results, wall, jobs, sweep_id, warmup)
     summary["pool_idle"] = pool_idle(results, epoch0, wall)
     return summary
@@ -162,6 +167,25 @@ def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int
         "per_config_s": {k: v / max(1, len(results)) for k, v in phases.items()},
         "by_size": by_size(results),
         "prewarm": warmup,
+    }
+
+
+def compare_runs(runs: list[dict], baseline: dict) -> dict:
+    """The mean of `runs` against `baseline`: throughput ratio, worker seconds per config, and
+    per phase baseline seconds / ours (above 1: ours is faster)."""
+    def per_config(summary: dict, phase: str) -> float:
+        return summary["phases_s"][phase] / max(1, summary["configs"])
+
+    def worker(summary: dict) -> float:
+        return sum(per_config(summary, p) for p in summary["phases_s"] if p != "store")
+
+    phases = [p for p in baseline["phases_s"] if baseline["phases_s"][p] > 0]
+    return {
+        "throughput": float(np.mean([r["configs_per_s"] for r in runs])) / baseline["configs_per_s"],
+        "worker_s": float(np.mean([worker(r) for r in runs])),
+        "baseline_worker_s": worker(baseline),
+        "phase_speedup": {p: per_config(baseline, p) / max(1e-12, float(np.mean([per_config(r, p) for r in runs])))
+                          for p in phases},
     }
 
 
@@ -257,8 +281,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--db", help="database URL (default: a fresh SQLite file in a temp folder)")
     parser.add_argument("--cache-dir", help="compile cache folder of the warm run (default: a fresh temp folder)")
     parser.add_argument("--skip-cold", action="store_true", help="only the warm-cache run")
+    parser.add_argument("--baseline-env", action="append", default=[], metavar="VAR=VALUE",
+                        help="also run the warm sweep with these variables set (repeatable) and print "
+                             "the ratio: a change measured against what it replaced in one run")
     parser.add_argument("--out", type=Path, default=Path("sweep-bench.json"))
     args = parser.parse_args(argv)
+    baseline_env = dict(item.split("=", 1) for item in args.baseline_env)
 
     tmp = tempfile.TemporaryDirectory(prefix="attnsweep-bench-")
     db_url = args.db or f"sqlite:///{tmp.name}/bench.db"
@@ -277,10 +305,27 @@ def main(argv: list[str] | None = None) -> dict:
 
     summary: dict = {"backend": info.backend, "device": info.device, "samples": args.samples,
                      "seed": args.seed, "jobs": args.jobs, "target_configs_per_s": 50}
-    summary["warm"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, cold=False, warm_first=True)
+    summary["warm"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, {}, warm_first=True)
     print_run("warm compile cache", summary["warm"])
+    if baseline_env:
+        label = " ".join(f"{k}={v}" for k, v in baseline_env.items())
+        summary["baseline_env"] = baseline_env
+        summary["baseline"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, baseline_env,
+                                       warm_first=False)
+        print_run(f"warm compile cache, baseline {label}", summary["baseline"])
+        # Then the change again: the host drifts between runs (the same sweep's worker time
+        # has varied by 15% from one machine to the next), so the baseline is compared with
+        # the mean of the runs before and after it.
+        summary["warm_again"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, {},
+                                         warm_first=False)
+        print_run("warm compile cache, again", summary["warm_again"])
+        summary["ab"] = ab = compare_runs([summary["warm"], summary["warm_again"]], summary["baseline"])
+        print(f"\nwarm / baseline ({label}), the two warm runs' mean: {ab['throughput']:.2f}x throughput; "
+              f"worker seconds per config {ab['worker_s']:.3f} vs {ab['baseline_worker_s']:.3f}; by phase "
+              + ", ".join(f"{p} {r:.2f}x" for p, r in ab["phase_speedup"].items()))
     if not args.skip_cold:
-        summary["cold"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, cold=True, warm_first=False)
+        summary["cold"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory,
+                                   {"ATTNSWEEP_KERNEL_CACHE_DISABLE": "1"}, warm_first=False)
         print_run("compile cache disabled", summary["cold"])
         cold_rate = summary["cold"]["configs_per_s"]
         summary["warm_over_cold"] = summary["warm"]["configs_per_s"] / cold_rate if cold_rate else None
