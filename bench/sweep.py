@@ -12,7 +12,7 @@ result row per config in the database):
 2. cold: the same sweep with ATTNSWEEP_KERNEL_CACHE_DISABLE=1 (kernels/cache.py): no disk
    cache and no in-process reuse, every config compiles its variant;
 3. with --baseline-env VAR=VALUE: the warm sweep with those variables set (what a change
-   replaced, e.g. ATTNSWEEP_REF_STEP_KEYS=0 or ATTNSWEEP_DEVICE_POOL=0), then the warm sweep
+   replaced, switched by a variable its code reads), then the warm sweep
    once more, and the ratios of the two warm runs' mean to the baseline.
 
 For each it prints configs/s, and where the worker time goes: compile, inputs, run (the

@@ -60,13 +60,6 @@ def cuda_include_dir() -> str | None:
     return None
 
 
-# Device memory a worker's pool keeps between configs. A sweep allocates and frees every
-# config's buffers; with 16 workers at once cuMemAlloc + cuMemFree of a 1 MB buffer took 1.8 ms
-# against 0.3 from the pool (bench/transfers.py, docs/evidence/gpu-2026-12-04-host). 16 workers
-# keep at most 32 GiB idle of the H200's 141.
-POOL_KEEP_BYTES = 2 << 30
-
-
 class CudaBackend(DeviceBackend):
     name = "cuda"
 
@@ -97,7 +90,6 @@ class CudaBackend(DeviceBackend):
         self.mma_capable = int(major) >= 8 and os.environ.get("ATTNSWEEP_MMA", "1") != "0"
         self.multiprocessors = int(self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._dev),
                                                "cuDeviceGetAttribute"))
-        self._pool = self._memory_pool()
         self.include_dir = cuda_include_dir()
         if self.include_dir is None:
             raise BackendUnavailable("no CUDA headers found (cuda_fp16.h): set ATTNSWEEP_CUDA_INCLUDE or CUDA_HOME")
@@ -210,29 +202,11 @@ class CudaBackend(DeviceBackend):
         if self._ctx is not None:
             self._check(self._driver.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
 
-    def _memory_pool(self) -> Any:
-        """The device's stream-ordered memory pool, told to keep POOL_KEEP_BYTES when freed; None
-        where the device has none (then cuMemAlloc / cuMemFree)."""
-        d = self._driver
-        attr = d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
-        if os.environ.get("ATTNSWEEP_DEVICE_POOL", "1") == "0" or not self._check(
-                d.cuDeviceGetAttribute(attr, self._dev), "cuDeviceGetAttribute"):
-            return None
-        pool = self._check(d.cuDeviceGetDefaultMemPool(self._dev), "cuDeviceGetDefaultMemPool")
-        self._check(d.cuMemPoolSetAttribute(pool, d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                                            d.cuuint64_t(POOL_KEEP_BYTES)), "cuMemPoolSetAttribute")
-        return pool
-
     def _rt_malloc(self, nbytes: int) -> int:
-        if self._pool is not None:   # stream 0: ordered before the copies and launches that use it
-            return int(self._check(self._driver.cuMemAllocAsync(nbytes, 0), f"cuMemAllocAsync({nbytes})"))
         return int(self._check(self._driver.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})"))
 
     def _rt_free(self, dptr: int) -> None:
-        if self._pool is not None:
-            self._check(self._driver.cuMemFreeAsync(dptr, 0), "cuMemFreeAsync")
-        else:
-            self._check(self._driver.cuMemFree(dptr), "cuMemFree")
+        self._check(self._driver.cuMemFree(dptr), "cuMemFree")
 
     def _rt_htod(self, dptr: int, host: np.ndarray) -> None:
         host = np.ascontiguousarray(host)

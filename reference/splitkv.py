@@ -6,7 +6,6 @@ splits only. Its out_f32 equals the exact float64 output within f32 rounding.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping
@@ -18,12 +17,6 @@ from reference.chunks import scatter_rows, scatter_splits
 from reference.inputs import as_config, output_dtypes
 from reference.reduce import row_max
 from reference.splits import F32, MaskedWeights, split_pieces, valid_splits
-
-
-# Keys per step of a split's online softmax (whole blocks). The kernels walk block_n keys at a
-# time; the reference's P is not rounded, so larger steps give the same partials within f32
-# rounding at a fraction of the Python and BLAS call overhead (docs/decisions.md).
-STEP_KEYS = int(os.environ.get("ATTNSWEEP_REF_STEP_KEYS", "1024"))
 
 
 @dataclass(frozen=True)
@@ -91,8 +84,7 @@ def attention_splitkv(config: AttentionConfig | Mapping[str, Any], inputs: Mappi
         lse_f32 = np.empty(rows_shape, dtype=F32)
         out_scale = np.empty(rows_shape, dtype=F32) if magnitude else None
     valid_rows = valid[:, 0, :]  # [g, Sq]: the count depends on the batch entry and row only
-    for piece, o, lse, o_mag, used in split_pieces(c, inputs, block_n, magnitude=magnitude, fill_empty=False,
-                                                   step_keys=STEP_KEYS):
+    for piece, o, lse, o_mag, used in split_pieces(c, inputs, block_n, magnitude=magnitude, fill_empty=False):
         scatter_splits(o_partials[:used], piece, hkv, o[:, :, :used])
         scatter_splits(lse_partials[:used], piece, hkv, lse[:, :, :used])
         if magnitude:

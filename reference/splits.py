@@ -99,7 +99,7 @@ def _gather_keys(work: Workspace, name: str, x: np.ndarray, index: np.ndarray, s
 def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 32,
                    defects: frozenset[str] = frozenset(), p_dtype: np.dtype | None = None,
                    o_partials: np.ndarray | None = None, lse_partials: np.ndarray | None = None,
-                   budget: int = DEFAULT_BUDGET, step_keys: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                   budget: int = DEFAULT_BUDGET) -> tuple[np.ndarray, np.ndarray]:
     """Every split's normalised partial O_s and LSE_s, f32 [S, g, Hq, Sq, Dv] and [S, g, Hq, Sq].
 
     Every (split, row) entry is written, empty splits included (as O = 0, LSE = -inf), into the
@@ -110,7 +110,7 @@ def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int =
         o_partials = np.empty((S, c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v), dtype=F32)
     if lse_partials is None:
         lse_partials = np.empty((S, c.g, c.num_heads_q, c.seq_len_q), dtype=F32)
-    for piece, o, lse, _, _ in split_pieces(c, inputs, block_n, defects, p_dtype, budget=budget, step_keys=step_keys):
+    for piece, o, lse, _, _ in split_pieces(c, inputs, block_n, defects, p_dtype, budget=budget):
         scatter_splits(o_partials, piece, hkv, o)
         scatter_splits(lse_partials, piece, hkv, lse)
     return o_partials, lse_partials
@@ -119,7 +119,6 @@ def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int =
 def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 32,
                  defects: frozenset[str] = frozenset(), p_dtype: np.dtype | None = None,
                  magnitude: bool = False, budget: int = DEFAULT_BUDGET, fill_empty: bool = True,
-                 step_keys: int = 0,
                  ) -> Iterator[tuple[Piece, np.ndarray, np.ndarray, np.ndarray | None, int]]:
     """The partials piece by piece: (piece, O [bc, hc, S, R, Dv], LSE [bc, hc, S, R], |V| partials,
     used), where splits from `used` on hold no block of this piece.
@@ -134,12 +133,6 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
     scratch buffers, overwritten by the next piece. fill_empty=False leaves O of the splits from
     `used` on unwritten, for a caller whose buffer already holds their value (0; NaN without
     the zero-sum guard): with many splits and few keys they are most of the partials.
-
-    step_keys > block_n walks each split in steps of up to that many keys (whole blocks; the
-    same split boundaries) instead of one block at a time: fewer, larger matmuls for the
-    reference, whose P is not rounded. The partials then differ from the block-by-block walk
-    by f32 rounding only (the online softmax rescales at other points). Kernel emulation
-    (p_dtype or defects) keeps one block per step: a rounded P depends on the running max.
     """
     S, hkv, ratio = c.split_kv, c.num_heads_kv, c.gqa_ratio
     dv, sk = c.head_dim_v, c.seq_len_k
@@ -158,12 +151,9 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
 
     L = last_valid_keys(c)
     limits_all = row_key_limits(c, causal_shift=causal_shift)  # [g, Sq]
-    if step_keys > block_n and (p_dtype is not None or defects):
-        raise ValueError("step_keys > block_n is for the reference only (no p_dtype, no defects)")
-    max_step = max(1, min(int(blocks_per_split(n_blocks(int(L.max()), block_n), S, floor)),
-                          step_keys // block_n))   # blocks per step, at most
-    unit = ratio * S * max(max_step * block_n, dv)
-    keys_and_values = min(S * max_step * block_n, sk + max_step * block_n) * (c.head_dim_qk + dv)
+    tile_keys = np.arange(block_n)
+    unit = ratio * S * max(block_n, dv)
+    keys_and_values = min(S * block_n, sk + block_n) * (c.head_dim_qk + dv)
     work = Workspace()
     with np.errstate(all="ignore"):  # the defects produce NaN on purpose
         for piece in plan(_equal_runs(L), hkv, c.seq_len_q, unit, keys_and_values, budget):
@@ -194,37 +184,30 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
             if not guard_neginf:  # the guard lets the first tile skip the zeros (_accumulate)
                 for a in (acc, acc_mag) if acc_mag is not None else (acc,):
                     a[:, :, :used].fill(0)
-            # B blocks per step, steps as even as they come; a last step that runs past the
-            # split's bps blocks masks those keys (they belong to the next split).
-            B = -(-bps // -(-bps // max_step)) if bps > 0 else 1
-            tn = B * block_n
-            tile_keys = np.arange(tn)
-            for t in range(-(-bps // B) if bps > 0 else 0):
+            for t in range(bps):
                 # Splits that still have a block at step t: a prefix, since splits are contiguous.
-                n_act = min(S, -(-(nb - t * B) // bps))
+                n_act = min(S, -(-(nb - t) // bps))
                 if n_act <= 0:
                     break
-                keys = (np.arange(n_act)[:, None] * bps + t * B) * block_n + tile_keys  # [n_act, tn]
-                if (t + 1) * B > bps:
-                    keys[:, (bps - t * B) * block_n:] = sk + tn  # past the split: masked, clamped
-                first, stride = t * tn, bps * block_n
-                in_range = int(keys.max()) < sk
-                kt = work.take("k", (bc, hc, n_act, tn, c.head_dim_qk), F32)
-                vt = work.take("v", (bc, hc, n_act, tn, dv), F32)
+                keys = (np.arange(n_act)[:, None] * bps + t) * block_n + tile_keys  # [n_act, bn]
+                first, stride = t * block_n, bps * block_n
+                in_range = int(keys[-1, -1]) < sk
+                kt = work.take("k", (bc, hc, n_act, block_n, c.head_dim_qk), F32)
+                vt = work.take("v", (bc, hc, n_act, block_n, dv), F32)
                 if in_range:
-                    kt[...] = _key_blocks(k_piece, 2, first, stride, n_act, tn)
-                    vt[...] = _key_blocks(v_piece, 2, first, stride, n_act, tn)
+                    kt[...] = _key_blocks(k_piece, 2, first, stride, n_act, block_n)
+                    vt[...] = _key_blocks(v_piece, 2, first, stride, n_act, block_n)
                 else:  # the last block runs past the end: those keys are masked below
                     gather = np.minimum(keys, sk - 1).ravel()
                     kt = _gather_keys(work, "k", k_piece, gather, kt.shape)
                     vt = _gather_keys(work, "v", v_piece, gather, vt.shape)
-                s = work.take("s", (bc, hc, n_act, rows, tn), F32)
+                s = work.take("s", (bc, hc, n_act, rows, block_n), F32)
                 np.matmul(qs, np.swapaxes(kt, -1, -2), out=s)
                 scale_logits(s, i8, zero_point, quant_scale, scale)
                 if bias_piece is not None:
-                    s6 = s.reshape(bc, hc, n_act, qc, ratio, tn)
+                    s6 = s.reshape(bc, hc, n_act, qc, ratio, block_n)
                     if in_range:
-                        bt = _key_blocks(bias_piece, 4, first, stride, n_act, tn)
+                        bt = _key_blocks(bias_piece, 4, first, stride, n_act, block_n)
                     else:
                         bt = bias_piece[..., np.minimum(keys, sk - 1)]
                     add_widened(s6, bt.transpose(0, 1, 4, 2, 3, 5), work)  # [bc, hc, n_act, qc, ratio, bn]

@@ -21,7 +21,6 @@ from reference import (
     valid_splits,
 )
 from reference.metrics import _Accumulator, _row_denominator
-from reference.splitkv import STEP_KEYS
 
 F32 = np.float32
 
@@ -68,7 +67,7 @@ def naive_combine_masked(o_partials, lse_partials, valid):
 def test_fused_reference_equals_separate_passes_bit_for_bit(c, block_n):
     inputs = make_inputs(c)
     fused = attention_splitkv(c, inputs, block_n, magnitude=True)
-    o_p, lse_p = split_partials(c, inputs, block_n, step_keys=STEP_KEYS)
+    o_p, lse_p = split_partials(c, inputs, block_n)
     valid = valid_splits(c, block_n)
     out, lse = naive_combine_masked(o_p, lse_p, valid)
     np.testing.assert_array_equal(fused.o_partials, o_p)
@@ -177,28 +176,3 @@ def test_partial_metrics_match_the_plain_formulas(damage):
     assert got == want
     assert (got["nonfinite"] > 0) == (damage in ("nan_valid", "nan_invalid", "inf_lse"))
     assert (got["invalid_bad"] > 0) == (damage in ("nan_invalid", "nonzero_invalid", "negative_zero_and_nonzero_invalid"))
-
-
-@given(c=configs(), block_n=st.sampled_from([16, 32]), blocks_per_step=st.sampled_from([2, 3, 5, 64]))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_stepped_walk_gives_the_block_by_block_partials(c, block_n, blocks_per_step):
-    # Several blocks per step (the reference's walk), including a last step that runs past
-    # the split's blocks into the next split's keys (3 or 5 blocks a step): the same partials
-    # within f32 rounding, and bit for bit the same empty and invalid splits.
-    inputs = make_inputs(c)
-    step = blocks_per_step * block_n
-    o_b, lse_b = split_partials(c, inputs, block_n)
-    o_s, lse_s = split_partials(c, inputs, block_n, step_keys=step)
-    np.testing.assert_array_equal(np.isneginf(lse_s), np.isneginf(lse_b))
-    np.testing.assert_array_equal(o_s[np.isneginf(lse_b)], o_b[np.isneginf(lse_b)])
-    finite = np.isfinite(lse_b)
-    np.testing.assert_allclose(lse_s[finite], lse_b[finite], rtol=0, atol=2e-5 * max(1.0, np.abs(lse_b[finite]).max(initial=0)))
-    scale = max(float(np.abs(o_b).max(initial=0)), 1e-30)
-    np.testing.assert_allclose(o_s, o_b, rtol=0, atol=2e-5 * scale)
-
-
-def test_stepped_walk_is_for_the_reference_only():
-    c = parse_config(dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=64, num_heads_q=1, num_heads_kv=1,
-                          head_dim_qk=8, head_dim_v=8, return_lse=True, split_kv=2))
-    with pytest.raises(ValueError, match="step_keys"):
-        split_partials(c, make_inputs(c), 16, p_dtype=np.dtype(np.float16), step_keys=64)

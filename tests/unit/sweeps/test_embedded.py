@@ -1,5 +1,6 @@
 """The embedded sweep path times what bench/sweep.py reports, and the bench runs end to end."""
 import json
+import os
 
 import pytest
 
@@ -40,6 +41,57 @@ def test_bench_sweep_runs_warm_and_cold_on_cpu(tmp_path, monkeypatch):
         assert set(saved[run]["phases_s"]) >= {"compile", "inputs", "transfers+kernel", "reference", "verify", "store"}
     assert saved["warm"]["outcomes"] == saved["cold"]["outcomes"]
     assert summary["warm_over_cold"] > 0
+
+
+def test_bench_sweep_baseline_runs_between_two_warm_runs_with_its_environment(tmp_path, monkeypatch):
+    from bench import sweep
+
+    monkeypatch.setenv("ATTNSWEEP_KERNEL_CACHE", str(tmp_path / "kernels"))
+    monkeypatch.delenv("ATTNSWEEP_BENCH_PROBE", raising=False)
+    seen = []
+    real_run_once = sweep.run_once
+
+    def run_once(*args, **kwargs):
+        seen.append(os.environ.get("ATTNSWEEP_BENCH_PROBE"))
+        summary = real_run_once(*args, **kwargs)
+        seen.append(os.environ.get("ATTNSWEEP_BENCH_PROBE"))
+        return summary
+
+    monkeypatch.setattr(sweep, "run_once", run_once)
+    monkeypatch.setattr(sweep, "execute_sweep", _recording_execute(seen, sweep.execute_sweep))
+    summary = sweep.main(["--backend", "cpu", "--samples", "2", "--jobs", "1", "--skip-cold",
+                          "--baseline-env", "ATTNSWEEP_BENCH_PROBE=on", "--out", str(tmp_path / "b.json")])
+    # warm, baseline, warm again: the variable is set only while the baseline's sweep runs
+    assert seen == [None, None, None, None, "on", None, None, None, None]
+    assert "ATTNSWEEP_BENCH_PROBE" not in os.environ
+    for run in ("warm", "baseline", "warm_again"):
+        assert summary[run]["configs"] == 2
+    ab = summary["ab"]
+    mean_rate = (summary["warm"]["configs_per_s"] + summary["warm_again"]["configs_per_s"]) / 2
+    assert ab["throughput"] == pytest.approx(mean_rate / summary["baseline"]["configs_per_s"])
+    assert set(ab["phase_speedup"]) <= set(summary["baseline"]["phases_s"])
+
+
+def _recording_execute(seen, execute):
+    def run(*args, **kwargs):
+        seen.append(os.environ.get("ATTNSWEEP_BENCH_PROBE"))
+        return execute(*args, **kwargs)
+    return run
+
+
+def test_compare_runs_takes_the_mean_of_the_runs_around_the_baseline():
+    from bench.sweep import compare_runs
+
+    def summary(rate, inputs, reference):
+        return {"configs": 10, "configs_per_s": rate,
+                "phases_s": {"inputs": inputs, "reference": reference, "store": 1.0, "compile": 0.0}}
+
+    ab = compare_runs([summary(40.0, 2.0, 1.0), summary(60.0, 2.0, 3.0)], summary(25.0, 3.0, 1.0))
+    assert ab["throughput"] == pytest.approx(2.0)
+    assert ab["worker_s"] == pytest.approx(0.4)           # (2 + 2)/10 + (1 + 3)/2/10, store left out
+    assert ab["baseline_worker_s"] == pytest.approx(0.4)
+    assert ab["phase_speedup"] == {"inputs": pytest.approx(1.5), "reference": pytest.approx(0.5),
+                                   "store": pytest.approx(1.0)}   # compile: 0 in the baseline, left out
 
 
 def test_a_pool_takes_the_costliest_configs_first():
