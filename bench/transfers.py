@@ -8,9 +8,11 @@ and its outputs out, each a fresh device buffer per config as a sweep needs:
   pool      the same copies on memory from the device's stream-ordered pool
             (cuMemAllocAsync / cuMemFreeAsync, release threshold raised so the pool keeps it)
   pinned    the pool, copying from and to page-locked host memory (cuMemHostAlloc)
-and the ratios to `malloc`. (The pool alone, tried in the sweep at 2 GiB kept per worker, moved
-nothing there: docs/decisions.md "Sweep throughput".) With --procs N, N processes do the same at once (a sweep's
-workers share the host's memory bandwidth and the one GPU), and the times are per process.
+and the ratios to `malloc`. With --procs N, N processes start together (a sweep's workers
+share the host's memory bandwidth and the one GPU), and the times are per process: the best of
+--repeat, so they show what one copy costs beside the others, not the processes' total rate.
+Neither the pool nor page-locked inputs and outputs, each tried in the sweep, moved its
+transfers (docs/decisions.md, "Embedded execution").
 """
 from __future__ import annotations
 

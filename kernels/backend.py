@@ -120,12 +120,6 @@ class Backend(abc.ABC):
         Output buffers are filled with NaN before the launch, so a kernel that writes nothing
         fails. Raises LaunchError or DeviceOutOfMemory."""
 
-    def host_empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
-        """An uninitialised host array for this backend to copy from or to: where the runtime
-        has page-locked memory (CUDA), drawing a config's inputs straight into it spares the
-        copy through the driver's staging buffer."""
-        return np.empty(shape, dtype)
-
     def device_count(self) -> int:
         """GPUs this backend's runtime sees (after CUDA_/HIP_VISIBLE_DEVICES); 0: it runs on none."""
         return 0

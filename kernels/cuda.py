@@ -23,7 +23,6 @@ from kernels.backend import (
     DeviceOutOfMemory,
     LaunchError,
 )
-from kernels.pinned import PinnedPool
 from kernels.source import KernelSource
 from kernels.variants import Compiled, DeviceBackend, Launch, Variant, pack_kernel_params
 
@@ -61,35 +60,6 @@ def cuda_include_dir() -> str | None:
     return None
 
 
-# Page-locked host memory a worker process keeps for its copies (kernels/pinned.py); 0 turns it
-# off. 16 workers hold at most 16 GiB of the H200 host's 128.
-PINNED_BYTES = 1 << 30
-_HOST_POOLS: dict[int, PinnedPool] = {}
-
-
-def _host_pool(d: Any, dev: Any, ordinal: int) -> PinnedPool | None:
-    """The process's pool of page-locked blocks for one device. It retains the device's primary
-    context for the life of the process, never releasing it: the blocks belong to that
-    context, and an array drawn into one may outlive the backend that handed it out (a
-    backend cache closes backends)."""
-    limit = int(os.environ.get("ATTNSWEEP_PINNED_BYTES", str(PINNED_BYTES)))
-    if limit <= 0:
-        return None
-    pool = _HOST_POOLS.get(ordinal)
-    if pool is None:
-        def check(result: tuple, what: str) -> Any:
-            if result[0] != d.CUresult.CUDA_SUCCESS:
-                raise LaunchError(f"{what} failed: {result[0]}")
-            return result[1] if len(result) > 1 else None
-
-        check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-        portable = d.CU_MEMHOSTALLOC_PORTABLE if hasattr(d, "CU_MEMHOSTALLOC_PORTABLE") else 1
-        pool = PinnedPool(lambda nbytes: int(check(d.cuMemHostAlloc(nbytes, portable), f"cuMemHostAlloc({nbytes})")),
-                          lambda ptr: check(d.cuMemFreeHost(ptr), "cuMemFreeHost"), limit)
-        _HOST_POOLS[ordinal] = pool
-    return pool
-
-
 class CudaBackend(DeviceBackend):
     name = "cuda"
 
@@ -120,7 +90,6 @@ class CudaBackend(DeviceBackend):
         self.mma_capable = int(major) >= 8 and os.environ.get("ATTNSWEEP_MMA", "1") != "0"
         self.multiprocessors = int(self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._dev),
                                                "cuDeviceGetAttribute"))
-        self.host_pool = _host_pool(d, self._dev, device)
         self.include_dir = cuda_include_dir()
         if self.include_dir is None:
             raise BackendUnavailable("no CUDA headers found (cuda_fp16.h): set ATTNSWEEP_CUDA_INCLUDE or CUDA_HOME")

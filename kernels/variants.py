@@ -39,7 +39,6 @@ from kernels.backend import (
     Prepared,
     RunOutput,
 )
-from kernels.pinned import PinnedPool
 from kernels.source import KernelSource
 
 SRC_DIR = Path(__file__).resolve().parent / "src"
@@ -501,12 +500,6 @@ class DeviceBackend(Backend, abc.ABC):
         self.cache = cache if cache is not None else KernelCache()
         self._loaded: dict[str, LoadedVariant] = {}
         self.last_alloc: dict[str, int] = {}   # bytes of each output buffer of the last run
-        self.host_pool: PinnedPool | None = None   # page-locked host arrays; set by the subclass
-
-    def host_empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
-        if self.host_pool is None:
-            return np.empty(shape, dtype)
-        return self.host_pool.empty(shape, dtype)
 
     # -- runtime calls ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -685,7 +678,7 @@ class DeviceBackend(Backend, abc.ABC):
             t1 = time.perf_counter()
             got = {}
             for name, (shape, dtype) in outputs.items():
-                arr = self.host_empty(shape, dtype)
+                arr = np.empty(shape, dtype=dtype)
                 self._rt_dtoh(arr, buf[name])
                 got[name] = arr
             transfer_s += time.perf_counter() - t1

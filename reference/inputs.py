@@ -6,7 +6,7 @@ this one function, so a failure seen on one machine replays bit for bit on anoth
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -44,12 +44,8 @@ def softmax_scale(c: AttentionConfig) -> float:
     return 1.0 / math.sqrt(c.head_dim_qk) if c.with_attn_scale else 1.0
 
 
-def make_inputs(config: AttentionConfig | Mapping[str, Any],
-                empty: Callable[[tuple[int, ...], np.dtype], np.ndarray] = np.empty) -> dict[str, Any]:
-    """q, k, v (and bias, quant_scale, quant_zero_point where they apply), logical layouts.
-
-    `empty(shape, dtype)` makes the float tensors' arrays (a GPU backend's host_empty: its
-    page-locked memory); the values do not depend on it."""
+def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """q, k, v (and bias, quant_scale, quant_zero_point where they apply), logical layouts."""
     c = as_config(config)
     rng = np.random.default_rng(c.data_seed)
     g, hq, hkv, sq, sk = c.g, c.num_heads_q, c.num_heads_kv, c.seq_len_q, c.seq_len_k
@@ -59,7 +55,7 @@ def make_inputs(config: AttentionConfig | Mapping[str, Any],
         # Drawn and cast a cache-sized chunk at a time: the same values as one
         # standard_normal(shape).astype(dtype) (the generator fills sequentially), without a
         # float64 temporary of the whole tensor (1 GiB for a large KV cache) and its page faults.
-        out = empty(shape, dtype)
+        out = np.empty(shape, dtype=dtype)
         flat = out.reshape(-1)
         buf = np.empty(min(flat.size, _NORMAL_CHUNK))
         scratch = np.empty(len(buf), dtype=np.float32)

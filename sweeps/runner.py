@@ -50,7 +50,7 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         result.variant, result.block_n, result.source_hash = prepared.variant, prepared.block_n, prepared.source_hash
 
         t0 = time.perf_counter()
-        inputs = make_inputs(config, empty=backend.host_empty) if drawn is None else drawn[0]
+        inputs = make_inputs(config) if drawn is None else drawn[0]
         timings["inputs_s"] = time.perf_counter() - t0 + drawn_s
 
         t0 = time.perf_counter()

@@ -421,34 +421,6 @@ def test_outputs_are_nan_prefilled(cuda_backend, monkeypatch):
     assert not np.isnan(res.out.astype(np.float32)).any()
 
 
-@pytest.mark.parametrize("c", [
-    cfg(dtype="f16", g=4, num_heads_q=8, num_heads_kv=2, seq_len_q=64, seq_len_k=2048, head_dim_qk=128,
-        head_dim_v=128, split_kv=8, return_lse=True),
-    cfg(dtype="bf16", g=2, num_heads_q=8, num_heads_kv=8, seq_len_q=128, seq_len_k=1500, head_dim_qk=96,
-        head_dim_v=64, split_kv=4, return_lse=True, trans_k=True, with_attn_bias=True, causal=True),
-], ids=["f16-decode-like", "bf16-trans-bias-causal"])
-def test_page_locked_inputs_and_outputs_give_the_same_results(cuda_backend, c):
-    from kernels.pinned import is_pinned
-    from reference import make_inputs
-
-    if cuda_backend.host_pool is None:
-        pytest.skip("page-locked host memory turned off (ATTNSWEEP_PINNED_BYTES=0)")
-    d = cuda_backend._driver
-    prepared = cuda_backend.prepare(c)
-    plain = cuda_backend.run(prepared, c, make_inputs(c))
-    inputs = make_inputs(c, empty=cuda_backend.host_empty)
-    for name in ("q", "k", "v"):
-        if inputs[name].nbytes >= (1 << 20):
-            assert is_pinned(inputs[name]), name
-            err, _ = d.cuMemHostGetFlags(inputs[name].ctypes.data)
-            assert err == d.CUresult.CUDA_SUCCESS, (name, err)   # the driver knows the pages as locked
-    pinned = cuda_backend.run(prepared, c, inputs)
-    assert is_pinned(pinned.o_partials)                        # copied back into the pool too
-    for a, b in [(plain.out, pinned.out), (plain.lse, pinned.lse), (plain.o_partials, pinned.o_partials),
-                 (plain.lse_partials, pinned.lse_partials)]:
-        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
-
-
 @pytest.mark.parametrize("split", [1, 2, 7, 128])
 def test_partial_buffers_equal_splitkv_extra_bytes(cuda_backend, split):
     c = cfg(dtype="f16", g=2, num_heads_q=4, num_heads_kv=2, seq_len_q=3, head_dim_v=40,
