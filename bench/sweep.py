@@ -272,6 +272,13 @@ def print_run(name: str, summary: dict) -> None:
               f" {row['reference_s_mean']:8.4f} {row['verify_s_mean']:8.4f}")
 
 
+def _env_pair(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"--baseline-env: {text!r} is not VAR=VALUE")
+    return name, value
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="cuda", help="cpu, cuda, hip or auto (default cuda)")
@@ -281,12 +288,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--db", help="database URL (default: a fresh SQLite file in a temp folder)")
     parser.add_argument("--cache-dir", help="compile cache folder of the warm run (default: a fresh temp folder)")
     parser.add_argument("--skip-cold", action="store_true", help="only the warm-cache run")
-    parser.add_argument("--baseline-env", action="append", default=[], metavar="VAR=VALUE",
+    parser.add_argument("--baseline-env", action="append", default=[], metavar="VAR=VALUE", type=_env_pair,
                         help="also run the warm sweep with these variables set (repeatable) and print "
                              "the ratio: a change measured against what it replaced in one run")
     parser.add_argument("--out", type=Path, default=Path("sweep-bench.json"))
     args = parser.parse_args(argv)
-    baseline_env = dict(item.split("=", 1) for item in args.baseline_env)
+    baseline_env = dict(args.baseline_env)
 
     tmp = tempfile.TemporaryDirectory(prefix="attnsweep-bench-")
     db_url = args.db or f"sqlite:///{tmp.name}/bench.db"

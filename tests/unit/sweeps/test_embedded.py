@@ -72,6 +72,15 @@ def test_bench_sweep_baseline_runs_between_two_warm_runs_with_its_environment(tm
     assert set(ab["phase_speedup"]) <= set(summary["baseline"]["phases_s"])
 
 
+def test_bench_sweep_rejects_a_baseline_env_without_a_value(capsys):
+    from bench import sweep
+
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--backend", "cpu", "--baseline-env", "ATTNSWEEP_BENCH_PROBE"])
+    assert exc.value.code == 2
+    assert "--baseline-env: 'ATTNSWEEP_BENCH_PROBE' is not VAR=VALUE" in capsys.readouterr().err
+
+
 def _recording_execute(seen, execute):
     def run(*args, **kwargs):
         seen.append(os.environ.get("ATTNSWEEP_BENCH_PROBE"))
