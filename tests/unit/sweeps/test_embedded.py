@@ -97,7 +97,7 @@ def test_compare_runs_takes_the_mean_of_the_runs_around_the_baseline():
 
     ab = compare_runs([summary(40.0, 2.0, 1.0), summary(60.0, 2.0, 3.0)], summary(25.0, 3.0, 1.0))
     assert ab["throughput"] == pytest.approx(2.0)
-    assert ab["worker_s"] == pytest.approx(0.4)           # (2 + 2)/10 + (1 + 3)/2/10, store left out
+    assert ab["worker_s"] == pytest.approx(0.4)           # mean of (2 + 1)/10 and (2 + 3)/10; store left out
     assert ab["baseline_worker_s"] == pytest.approx(0.4)
     assert ab["phase_speedup"] == {"inputs": pytest.approx(1.5), "reference": pytest.approx(0.5),
                                    "store": pytest.approx(1.0)}   # compile: 0 in the baseline, left out
