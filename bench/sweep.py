@@ -159,6 +159,7 @@ def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int
         "configs_per_s": len(results) / wall if wall > 0 else 0.0,
         "jobs": jobs,
         # Σ worker time / (wall x jobs): below 1 the pool waited (start-up, the tail, the store).
+        "worker_s": worker_s,
         "worker_utilisation": worker_s / (wall * jobs) if wall > 0 else 0.0,
         "outcomes": outcomes,
         "phases_s": phases,
@@ -177,7 +178,7 @@ def compare_runs(runs: list[dict], baseline: dict) -> dict:
         return summary["phases_s"][phase] / max(1, summary["configs"])
 
     def worker(summary: dict) -> float:
-        return sum(per_config(summary, p) for p in summary["phases_s"] if p != "store")
+        return summary["worker_s"] / max(1, summary["configs"])
 
     phases = [p for p in baseline["phases_s"] if baseline["phases_s"][p] > 0]
     return {
