@@ -4,6 +4,8 @@
         python bench/profile_shape.py 16,64,8,8192,128 [--dtype f16] [--split 0] [--path auto]
 
 split 0: the automatic count. Prints the variant and split that ran and the median device time.
+--torch flash (or cudnn) runs torch's kernel on the same shape instead, to profile side by side
+(ncu --kernel-name regex:flash_fwd_splitkv_kernel ...).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.kernels import Ours, Timer, decode_case, make_inputs  # noqa: E402
+from bench.kernels import Ours, Timer, decode_case, make_inputs, torch_runner  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
 
 
@@ -24,9 +26,17 @@ def main() -> None:
     ap.add_argument("--split", type=int, default=0)
     ap.add_argument("--path", default="auto")
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--torch", choices=("flash", "cudnn"), help="run torch's SDPA backend instead of ours")
     a = ap.parse_args()
 
     import torch
+
+    if a.torch:
+        case = decode_case(tuple(int(x) for x in a.shape.split(",")), a.dtype)
+        run = torch_runner(torch, case.config, make_inputs(torch, case.config), a.torch)
+        t = Timer(torch, a.iters)(run)
+        print(f"{case.name} {a.dtype} torch {a.torch}: {t * 1e6:.1f} us, {case.bytes / t / 1e12:.2f} TB/s")
+        return
     from kernels.cuda import CudaBackend
 
     backend = CudaBackend()

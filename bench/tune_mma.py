@@ -25,7 +25,8 @@ CLASSES = {
           [(64, 4, 3), (64, 4, 4), (64, 2, 4), (128, 4, 3), (128, 4, 2), (128, 2, 3)]),
     256: ([(32, 32, 8, 2048, 64), (1, 32, 8, 131072, 128), (8, 32, 8, 32768, 128), (8, 32, 8, 4096, 128),
            (16, 64, 8, 8192, 128), (4, 32, 32, 16384, 128), (1, 8, 1, 65536, 128)],
-          [(64, 4, 3), (64, 4, 2), (32, 2, 3), (32, 2, 4), (16, 1, 4)]),
+          [(64, 4, 3), (64, 4, 2), (64, 4, 4), (128, 4, 3), (128, 4, 2), (128, 8, 2), (32, 2, 3), (32, 2, 4),
+           (16, 1, 4)]),
     512: ([(8, 32, 8, 32768, 256), (1, 32, 8, 131072, 256), (1, 8, 1, 65536, 256)],
           [(32, 2, 3), (32, 2, 2), (16, 1, 3), (16, 1, 4)]),
 }
@@ -37,21 +38,26 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--dtypes", default="f16")
     ap.add_argument("--classes", default="256,512")
+    ap.add_argument("--define", action="append", default=[], help="a compile option for every setting (-DX=Y)")
+    ap.add_argument("--settings", help="only these settings, tile_n:key_groups:min_blocks,... (default: the class's)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
 
     rows = []
     for cls in map(int, a.classes.split(",")):
         shapes, settings = CLASSES[cls]
+        if a.settings:
+            settings = [tuple(map(int, x.split(":"))) for x in a.settings.split(",")]
         bench = DecodeBench(shapes, a.dtypes.split(","), a.iters)
         best = None
         for tile_n, groups, minb in settings:
             def shape(v, tile_n=tile_n, groups=groups, minb=minb):
                 return dataclasses.replace(v, tile_n=tile_n, threads=32 * groups, min_blocks=minb)
 
-            setting = {"class": cls, "tile_n": tile_n, "key_groups": groups, "min_blocks": minb}
+            setting = {"class": cls, "tile_n": tile_n, "key_groups": groups, "min_blocks": minb,
+                       **({"defines": " ".join(a.define)} if a.define else {})}
             try:
-                row = bench.measure(setting, [], "mma", variant_map=shape)
+                row = bench.measure(setting, a.define, "mma", variant_map=shape)
             except Exception as exc:   # a setting the device cannot launch: say so, go on
                 print(f"{setting}: failed: {exc}"[:300], flush=True)
                 continue

@@ -26,7 +26,11 @@ from typing import Any, Mapping
 
 from attnconfig import AttentionConfig
 
-DEFAULT_MAX_SPLITS = 256
+# FlashAttention's cap. 256 was allowed until the mma decode tile grew to 128 keys; then
+# (1,8,1,65536,128) took 256 splits of 2 tiles each, 7% slower than 128 splits of 4 (H200,
+# docs/evidence/gpu-2026-12-04-swizzle/call5-kernels.txt): a block that streams only two tiles
+# spends as long starting and ending as reading, and the combine reads twice the partials.
+DEFAULT_MAX_SPLITS = 128
 EFFICIENCY_SHARE = 0.95
 # Blocks per SM of the mma decode kernel that already stream at the memory's speed: two
 # resident blocks per SM read as fast as three (H200: 256 blocks of 2048 keys ran in 44 µs

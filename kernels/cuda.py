@@ -24,7 +24,7 @@ from kernels.backend import (
     LaunchError,
 )
 from kernels.source import KernelSource
-from kernels.variants import Compiled, DeviceBackend, Launch, Variant, pack_kernel_params
+from kernels.variants import DEFAULT_MAX_SHARED, Compiled, DeviceBackend, Launch, Variant, pack_kernel_params
 
 
 def _import_cuda() -> tuple[Any, Any]:
@@ -196,6 +196,13 @@ class CudaBackend(DeviceBackend):
 
     def _rt_get_function(self, module: Any, lowered_name: str) -> Any:
         return self._check(self._driver.cuModuleGetFunction(module, lowered_name.encode()), "cuModuleGetFunction")
+
+    def _rt_allow_shared(self, function: Any, nbytes: int) -> None:
+        if nbytes > DEFAULT_MAX_SHARED:
+            d = self._driver
+            self._check(d.cuFuncSetAttribute(
+                function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 
     # -- memory ---------------------------------------------------------------------------------
     def _rt_activate(self) -> None:

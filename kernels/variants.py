@@ -129,7 +129,7 @@ class Variant:
                 raise ValueError("mma path: min_blocks must be in 1..8")
             if self.shared_bytes > MMA_MAX_SHARED:
                 raise ValueError(f"mma path: {self.shared_bytes} B of shared memory per block > {MMA_MAX_SHARED} "
-                                 "(what a kernel gets without opting in)")
+                                 "(the smallest opt-in limit of the devices with mma.sync)")
         elif self.tile_n or self.min_blocks:
             raise ValueError("tile_n, min_blocks: only the mma path has shared-memory tiles")
         if tuple(sorted(set(self.defects))) != self.defects:
@@ -218,11 +218,15 @@ def mma_applies(config: AttentionConfig) -> bool:
 # tile's keys, blocks per SM its register budget must allow. Measured on the H200
 # (bench/tune_mma.py; docs/decisions.md).
 MMA_DECODE_SHAPES = (   # (dqk + dv up to, tile_n, key_groups, min_blocks)
-    (128, 128, 2, 3),
-    (256, 64, 4, 3),
-    (512, 32, 2, 3),
+    (128, 128, 4, 2),
+    (256, 128, 4, 2),
+    (512, 64, 4, 2),
 )
-MMA_MAX_SHARED = 48 * 1024   # what a kernel gets without opting in to more
+DEFAULT_MAX_SHARED = 48 * 1024   # what a kernel gets without opting in to more
+# Dynamic shared memory one block of the mma path may ask for: past DEFAULT_MAX_SHARED the backend
+# opts the kernel in (_rt_allow_shared). 99 KB is the opt-in limit of sm_86/sm_89, the smallest
+# of the devices with mma.sync (sm_80: 163 KB, sm_90: 227 KB).
+MMA_MAX_SHARED = 99 * 1024
 FUSED_COMBINE_MAX_SPLITS = 8
 
 
@@ -517,6 +521,12 @@ class DeviceBackend(Backend, abc.ABC):
     @abc.abstractmethod
     def _rt_get_function(self, module: Any, lowered_name: str) -> Any: ...
 
+    def _rt_allow_shared(self, function: Any, nbytes: int) -> None:
+        """Let `function` launch with `nbytes` of dynamic shared memory (past DEFAULT_MAX_SHARED
+        a kernel must opt in); only the mma path asks for that much, and only CUDA runs it."""
+        if nbytes > DEFAULT_MAX_SHARED:
+            raise NotImplementedError(f"{self.name}: {nbytes} B of dynamic shared memory needs an opt-in")
+
     @abc.abstractmethod
     def _rt_malloc(self, nbytes: int) -> int: ...
 
@@ -595,6 +605,7 @@ class DeviceBackend(Backend, abc.ABC):
             "fwd": self._rt_get_function(module, compiled.lowered_names[variant.fwd_expr]),
             "combine": self._rt_get_function(module, compiled.lowered_names[variant.combine_expr]),
         }
+        self._rt_allow_shared(functions["fwd"], variant.shared_bytes)
         loaded = LoadedVariant(variant, module, functions)
         self._loaded[variant.name] = loaded
         return Prepared(variant.name, variant.block_n, self.source.hash, result.compile_s, result.hit, loaded)

@@ -585,8 +585,20 @@ __device__ __forceinline__ unsigned attn_smem_addr(const void* p) {
 }
 
 // 16 bytes global -> shared, asynchronously; zero-filled (nothing read) when !valid.
+// The L2 fetches ATTN_CP_L2_PREFETCH bytes (128 or 256; 0: no hint) around each miss. 128, as
+// CUTLASS's SM80 cp.async does: 2-4% faster decode on the H200 (docs/decisions.md).
+#ifndef ATTN_CP_L2_PREFETCH
+#define ATTN_CP_L2_PREFETCH 128
+#endif
+#if ATTN_CP_L2_PREFETCH == 256
+#define ATTN_CP_ASYNC "cp.async.cg.shared.global.L2::256B"
+#elif ATTN_CP_L2_PREFETCH == 128
+#define ATTN_CP_ASYNC "cp.async.cg.shared.global.L2::128B"
+#else
+#define ATTN_CP_ASYNC "cp.async.cg.shared.global"
+#endif
 __device__ __forceinline__ void attn_cp_async16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+    asm volatile(ATTN_CP_ASYNC " [%0], [%1], 16, %2;\n"
                  :: "r"(attn_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void attn_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -720,6 +732,10 @@ __device__ __noinline__ void attn_fused_combine(
     if (tid == 0) combine_count[blockIdx.x] = 0;
 }
 
+// 1: K and V tiles with rows of 8, 16 or 32 chunks are stored swizzled, not padded (below).
+#ifndef ATTN_MMA_SWIZZLE
+#define ATTN_MMA_SWIZZLE 1
+#endif
 template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int MINB>
 __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -740,13 +756,21 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     constexpr int NST = NKW / 8;           // 8-key column tiles of a warp's S
     constexpr int KQ = DQK_B / 16;         // k steps of Q.K^T
     constexpr int NOV = DV_B / 8;          // 8-dim column tiles of O
-    constexpr int KS = DQK_B + 8;          // shared row strides: +16 bytes puts the 8 rows an
-    constexpr int VS = DV_B + 8;           // ldmatrix reads in different banks
     constexpr int CK = DQK_B / 8, CV = DV_B / 8;   // 16-byte chunks of a K / V row
+    // Shared rows of 8, 16 or 32 chunks (head dims 64, 128, 256) are stored unpadded with chunk c
+    // of row r at c ^ (r & 7): a warp's cp.async writes whole aligned rows (with padded rows it
+    // split into more, partial requests: 1.4x the L2 traffic of flash's decode kernel under Nsight
+    // Compute) and the 8 rows one ldmatrix reads still fall in different banks. Other head dims
+    // pad each row by 16 bytes for the banks. ATTN_MMA_SWIZZLE=0 pads every row (to compare).
+    constexpr bool SWK = ATTN_MMA_SWIZZLE && CK >= 8 && (CK & (CK - 1)) == 0;
+    constexpr bool SWV = ATTN_MMA_SWIZZLE && CV >= 8 && (CV & (CV - 1)) == 0;
+    constexpr int KS = SWK ? DQK_B : DQK_B + 8;   // shared row strides (elements)
+    constexpr int VS = SWV ? DV_B : DV_B + 8;
+    constexpr int KT = BN * (DQK_B + 8);          // elements reserved for the K tile (AttnMmaSmem)
     constexpr int SMEM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN>::bytes;
     static_assert(DQK_B % 16 == 0 && DV_B % 16 == 0 && DQK_B <= 256 && DV_B <= 256, "mma path: head dims");
     static_assert(NKW % 16 == 0 && (WN & (WN - 1)) == 0, "mma path: a warp takes a multiple of 16 keys per tile");
-    static_assert(sizeof(T) == 2 && SMEM <= 48 * 1024, "mma path: 16-bit types, 48 KB of shared memory");
+    static_assert(sizeof(T) == 2 && SMEM <= 99 * 1024, "mma path: 16-bit types, 99 KB of shared memory (variants.py MMA_MAX_SHARED)");
     static_assert(NT % CK == 0 && NT % CV == 0 && (BN * CK) % NT == 0 && (BN * CV) % NT == 0, "mma path: tile loads");
 
     unsigned char* smem = attn_mma_smem;
@@ -756,7 +780,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         if (have < (unsigned)SMEM) __trap();   // the host's Variant.shared_bytes disagrees
     }
     T* k_s = reinterpret_cast<T*>(smem);
-    T* v_s = k_s + BN * KS;
+    T* v_s = k_s + KT;
 
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp % WM, wn = warp / WM;
@@ -830,15 +854,15 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     const T* vp = v + (long long)b * v_sb + (long long)kvh * v_sh;
     // Thread tid loads 16-byte chunk tid % chunks of rows tid / chunks + i * NT / chunks: one
     // pointer per tile, stepped by a row stride (per-chunk addresses would cost registers).
-    auto load_tile = [&](T* dst, const T* src, long long ss, int stride, int chunks, int dmax, int j0) {
-        const int rstep = NT / chunks, key0 = tid / chunks, d0 = (tid % chunks) * 8;
+    auto load_tile = [&](T* dst, const T* src, long long ss, int stride, int chunks, bool swz, int dmax, int j0) {
+        const int rstep = NT / chunks, key0 = tid / chunks, c = tid % chunks, d0 = c * 8;
         const bool d_ok = d0 < dmax;
-        T* dp = dst + key0 * stride + d0;
         const T* sp = src + (long long)(j0 + key0) * ss + d0;
 #pragma unroll
         for (int i = 0; i < BN * chunks / NT; ++i) {
-            const bool ok = d_ok && j0 + key0 + i * rstep < loop_end;   // zeros past the keys: P.V reads them
-            attn_cp_async16(dp + i * rstep * stride, ok ? sp : src, ok);
+            const int r = key0 + i * rstep;
+            const bool ok = d_ok && j0 + r < loop_end;   // zeros past the keys: P.V reads them
+            attn_cp_async16(dst + r * stride + (swz ? c ^ (r & 7) : c) * 8, ok ? sp : src, ok);
             sp += rstep * ss;
         }
     };
@@ -863,7 +887,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             for (int np = 0; np < NST / 2; ++np) {
                 unsigned r[4];
                 const int key = wn * NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-                attn_ldsm_x4(r, ks + key * KS + kk * 16 + ((lane >> 3) & 1) * 8);
+                const int c = kk * 2 + ((lane >> 3) & 1);
+                attn_ldsm_x4(r, ks + key * KS + (SWK ? c ^ (key & 7) : c) * 8);
                 attn_mma(s[2 * np], qf[kk], r[0], r[1], T());
                 attn_mma(s[2 * np + 1], qf[kk], r[2], r[3], T());
             }
@@ -942,7 +967,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
             for (int np = 0; np < NOV / 2; ++np) {
                 unsigned r[4];
-                attn_ldsm_x4_trans(r, vs + key * VS + np * 16 + (lane >> 4) * 8);
+                const int c = np * 2 + (lane >> 4);
+                attn_ldsm_x4_trans(r, vs + key * VS + (SWV ? c ^ (key & 7) : c) * 8);
                 attn_mma(acc[2 * np], a, r[0], r[1], T());
                 attn_mma(acc[2 * np + 1], a, r[2], r[3], T());
             }
@@ -951,17 +977,17 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 
     const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
     float s[NST][4];
-    if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, dqk, key_begin);
+    if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, key_begin);
     attn_cp_commit();
     for (int t = 0; t < n_tiles; ++t) {
         const int j0 = key_begin + t * BN;
         attn_cp_wait<0>();
         __syncthreads();                      // K(t) is in; every warp is past P.V(t-1)
-        load_tile(v_s, vp, v_ss, VS, CV, dv, j0);
+        load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, j0);
         attn_cp_commit();
         tile_qk(k_s, s);
         __syncthreads();                      // every warp is done with K(t)
-        if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, dqk, j0 + BN);
+        if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, j0 + BN);
         attn_cp_commit();
         tile_softmax(s, j0);
         attn_cp_wait<1>();

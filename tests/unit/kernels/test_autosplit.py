@@ -18,7 +18,7 @@ def decode(b, hq, hkv, sk, d, dtype="f16"):
     ((8, 32, 8, 4096, 128), 8),
     ((16, 64, 8, 8192, 128), 2),     # 256 blocks per split
     ((4, 32, 32, 16384, 128), 4),    # no GQA: one row per block, 128 blocks per split
-    ((1, 8, 1, 65536, 128), 256),    # one block per split: as many as allowed
+    ((1, 8, 1, 65536, 128), 128),    # one block per split: as many as allowed (FlashAttention's cap)
     ((32, 32, 8, 2048, 64), 2),
 ])
 def test_decode_shapes_of_the_benchmark_on_an_h200(shape, splits):
@@ -38,6 +38,13 @@ def test_the_last_part_empty_tile_counts():
     assert num_splits_heuristic(8, 528, 1024) == 64
 
 
+def test_at_most_128_splits_as_flashattention():
+    # one block per split and 1024 tiles: the wave rule alone would take 512 splits of 2 tiles
+    assert num_splits_heuristic(units=1, slots=528, key_tiles=1024) == 128
+    assert num_splits_heuristic(units=1, slots=528, key_tiles=1024, max_splits=528) == 512
+    assert choose_split_kv(decode(1, 8, 1, 65536, 128), H200_SMS, mma=True) == 128
+
+
 def test_enough_blocks_without_splitting_means_one_split():
     assert num_splits_heuristic(units=430, slots=528, key_tiles=1000) == 1
     assert choose_split_kv(decode(64, 64, 8, 8192, 128), H200_SMS) == 1
@@ -54,7 +61,7 @@ def test_never_more_splits_than_key_tiles_and_only_counts_that_change_the_split_
 
 def test_with_auto_split_turns_on_lse_for_the_combine():
     c = with_auto_split(decode(1, 8, 1, 65536, 128), H200_SMS)
-    assert c.split_kv == 256 and c.return_lse
+    assert c.split_kv == 128 and c.return_lse
     assert replace_split(c, 1).return_lse  # kept once asked for
 
 
@@ -62,8 +69,8 @@ def test_split_kv_zero_is_resolved_to_the_automatic_count_and_others_are_kept():
     raw = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=65536, num_heads_q=8, num_heads_kv=1,
                head_dim_qk=128, head_dim_v=128, split_kv=0)
     resolved = resolve_split(raw, H200_SMS)
-    assert resolved["split_kv"] == 256 and resolved["return_lse"] is True
-    assert parse_config(resolved).split_kv == 256
+    assert resolved["split_kv"] == 128 and resolved["return_lse"] is True
+    assert parse_config(resolved).split_kv == 128
     assert resolve_split({**raw, "split_kv": 4, "return_lse": True}, H200_SMS)["split_kv"] == 4
     assert resolve_split({**raw, "split_kv": 4, "return_lse": True}, None)["split_kv"] == 4
 
