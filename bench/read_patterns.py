@@ -8,7 +8,7 @@ Patterns (each prints TB/s):
 - grid-stride: every thread steps over the whole buffer (bench/kernels.py's read ceiling), so
   the GPU's resident threads read one contiguous window at a time;
 - chunked: block b reads its own contiguous slice, as a decode split does (one stream per
-  block, or two: K and V), `unroll` 16-byte loads in flight per thread.
+  block, or two: K and V, one after the other), `unroll` 16-byte loads in flight per thread.
 A chunked read much slower than grid-stride at the same bytes in flight says the pattern (DRAM
 pages, TLB reach) costs bandwidth, not the kernel's pipeline.
 """
@@ -25,11 +25,10 @@ from bench.kernels import Timer, _ptr, decode_case, make_inputs  # noqa: E402
 
 SRC = r'''
 extern "C" __global__ void chunk_read(const uint4* __restrict__ x, unsigned long long per_stream,
-                                      int streams, unsigned long long stream_gap, unsigned* out) {
+                                      int streams, unsigned* out) {
     unsigned acc = 0;
     for (int st = 0; st < streams; ++st) {
         const uint4* p = x + (blockIdx.x * (unsigned long long)streams + st) * per_stream;
-        (void)stream_gap;
         for (unsigned long long i = threadIdx.x; i < per_stream; i += (unsigned long long)blockDim.x * UNROLL) {
             uint4 v[UNROLL];
 #pragma unroll
@@ -40,26 +39,6 @@ extern "C" __global__ void chunk_read(const uint4* __restrict__ x, unsigned long
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
         }
-    }
-    if (acc == 0x12345678u) out[0] = acc;
-}
-// K and V interleaved as the decode loop reads them: a tile of K, then a tile of V, each
-// `tile` uint4 long, from two slices `half` apart.
-extern "C" __global__ void kv_read(const uint4* __restrict__ x, unsigned long long per_block,
-                                   unsigned long long half, int tile, unsigned* out) {
-    unsigned acc = 0;
-    const uint4* kp = x + blockIdx.x * per_block;
-    const uint4* vp = kp + half;
-    for (unsigned long long t0 = 0; t0 < per_block; t0 += tile) {
-        uint4 v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const unsigned long long j = t0 + threadIdx.x + (unsigned long long)u * blockDim.x;
-            const bool ok = j < per_block && (j - t0) < (unsigned long long)tile;
-            v[u] = ok ? __ldcg((u & 1) ? vp + j : kp + j) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
     if (acc == 0x12345678u) out[0] = acc;
 }
@@ -99,19 +78,8 @@ def patterns(torch, cp, timer, out: list) -> None:
                 nbytes = per_stream * blocks * streams * 16
                 row(f"chunked {per_sm}/SM x {threads}t, {streams} stream(s), {unroll} loads/thread",
                     lambda f=f, blocks=blocks, threads=threads, ps=per_stream, st=streams:
-                    f((blocks,), (threads,), (_ptr(cp, buf), cp.uint64(ps), cp.int32(st), cp.uint64(0), _ptr(cp, sink))),
+                    f((blocks,), (threads,), (_ptr(cp, buf), cp.uint64(ps), cp.int32(st), _ptr(cp, sink))),
                     nbytes)
-    # the decode pattern: 64 (b, kv head) x 6 splits, K and V 16 KB tiles from two halves
-    for blocks in (384, 256, 1024):
-        half = words // 2
-        per_block = half // blocks
-        for unroll in (8, 16):
-            f = mods[unroll].get_function("kv_read")
-            tile = 128 * unroll // 2
-            row(f"K/V tiles: {blocks} blocks x 128t, {tile * 16 // 1024} KB a tile each",
-                lambda f=f, blocks=blocks, pb=per_block, tile=tile:
-                f((blocks,), (128,), (_ptr(cp, buf), cp.uint64(pb), cp.uint64(half), cp.int32(tile), _ptr(cp, sink))),
-                per_block * blocks * 2 * 16)
 
 
 def library_kernels(torch, out: list) -> None:
