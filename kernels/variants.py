@@ -157,8 +157,8 @@ class Variant:
     @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the split kernel (AttnMmaSmem in attention.hip; the kernel
-        traps if it gets less): one K and one V tile of padded rows, or the key groups' merge if
-        larger."""
+        traps if it gets less): room for one K and one V tile of padded rows (the swizzled rows
+        of head dims 64, 128 and 256 use less of it), or the key groups' merge if larger."""
         if self.path != "mma":
             return 0
         tiles = self.tile_n * (self.dqk_bucket + 8 + self.dv_bucket + 8) * 2
