@@ -567,11 +567,12 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 // the grouped and rowwise kernels above stay the portable path, and the host picks this one only
 // on NVIDIA GPUs of compute capability 8.0 or newer (kernels/variants.py).
 //   grid  = (g * hkv * ceil(hq/hkv * sq / (16*WM)), S), block = 32*WM*WN threads,
-//   dynamic shared memory = AttnMmaSmem<...>::bytes (the host computes the same: Variant.shared_bytes).
+//   dynamic shared memory = AttnMmaSmem<...>::bytes (the host computes the same: Variant.shared_bytes;
+//   past 48 KB it opts the kernel in, up to 99 KB).
 // A block serves 16*WM rows of one kv head (the grouped path's head-major packing: decode's GQA
 // rows share one K/V pass), warp (wm, wn) the rows 16*wm.. and, of every tile of BN keys, the
-// keys wn*BN/WN..: prefill runs WM = 4 row tiles, decode WN = BN/16 key groups whose softmax
-// states merge once at the end. K and V tiles go to shared memory by cp.async, V of tile t
+// keys wn*BN/WN..: prefill runs WM = 4 row tiles, decode WN key groups (kernels/variants.py
+// MMA_DECODE_SHAPES) whose softmax states merge once at the end. K and V tiles go to shared memory by cp.async, V of tile t
 // while S = Q.K^T of tile t is computed and K of tile t+1 while P.V of tile t is, as
 // FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode measured no faster on the
 // H200: docs/decisions.md.) With few splits, decode's last block per row tile also does the
