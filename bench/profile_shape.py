@@ -31,22 +31,22 @@ def main() -> None:
 
     import torch
 
-    if a.torch:
-        case = decode_case(tuple(int(x) for x in a.shape.split(",")), a.dtype)
-        run = torch_runner(torch, case.config, make_inputs(torch, case.config), a.torch)
-        t = Timer(torch, a.iters)(run)
-        print(f"{case.name} {a.dtype} torch {a.torch}: {t * 1e6:.1f} us, {case.bytes / t / 1e12:.2f} TB/s")
-        return
-    from kernels.cuda import CudaBackend
-
-    backend = CudaBackend()
-    backend.kernel_path = a.path
     case = decode_case(tuple(int(x) for x in a.shape.split(",")), a.dtype)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    split = a.split or choose_split_kv(case.config, sms, mma=backend.mma_capable)
-    run = Ours(backend).runner(replace_split(case.config, split), make_inputs(torch, case.config))
+    inputs = make_inputs(torch, case.config)
+    if a.torch:
+        run = torch_runner(torch, case.config, inputs, a.torch)
+        label = f"torch {a.torch}"
+    else:
+        from kernels.cuda import CudaBackend
+
+        backend = CudaBackend()
+        backend.kernel_path = a.path
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        split = a.split or choose_split_kv(case.config, sms, mma=backend.mma_capable)
+        run = Ours(backend).runner(replace_split(case.config, split), inputs)
+        label = f"split={split} {run.variant}"
     t = Timer(torch, a.iters)(run)
-    print(f"{case.name} {a.dtype} split={split} {run.variant}: {t * 1e6:.1f} us, {case.bytes / t / 1e12:.2f} TB/s")
+    print(f"{case.name} {a.dtype} {label}: {t * 1e6:.1f} us, {case.bytes / t / 1e12:.2f} TB/s")
 
 
 if __name__ == "__main__":
