@@ -5,8 +5,10 @@ cuda backend's compiled module) and to torch `scaled_dot_product_attention` rest
 cuDNN and to the flash backend. Device time by CUDA events, L2 flushed before every call,
 median of --iters. Effective bandwidth counts the bytes of Q, K, V read (each kv head once,
 only the valid keys of a ragged KV cache) and O written. Also measured in the same run: the
-device-to-device copy bandwidth and a read-only streaming kernel's bandwidth, and, for every
-decode shape, every fixed split count against the automatic one (kernels/autosplit.py).
+device-to-device copy bandwidth and a read-only streaming kernel's bandwidth; for every shape
+that kernel's time to read just the shape's bytes, launch and ramp included (a kernel that
+only reads them: the floor attention on them is measured against); for every decode shape every
+fixed split count against the automatic one (kernels/autosplit.py).
 
     python bench/kernels.py --out $OUT [--iters 30] [--dtypes f16,bf16] [--quick]
 
@@ -171,7 +173,9 @@ def torch_runner(torch, c: AttentionConfig, t: dict, backend: str):
     return run
 
 
-def copy_bandwidth(torch, timer) -> dict:
+def copy_bandwidth(torch, timer):
+    """The copy and read-only stream bandwidths of 2 GiB, and a function timing the read-only
+    stream over the first nbytes of that buffer (None without cupy)."""
     n = 2 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
@@ -192,11 +196,14 @@ def copy_bandwidth(torch, timer) -> dict:
         sink = torch.zeros(1, dtype=torch.int32, device="cuda")
         sms = torch.cuda.get_device_properties(0).multi_processor_count
 
-        def read():
-            kern((sms * 8,), (512,), (_ptr(cp, src), cp.uint64(n // 16), _ptr(cp, sink)))
+        def read(nbytes=n, blocks=sms * 8):
+            kern((blocks,), (512,), (_ptr(cp, src), cp.uint64(nbytes // 16), _ptr(cp, sink)))
 
         t_read = timer(read)
         read_bw = n / t_read
+
+        def read_floor(nbytes: int) -> float:   # one wave of blocks or two, whichever is faster
+            return min(timer(lambda: read(nbytes, b)) for b in (sms * 4, sms * 8))
         nop = cp.RawKernel('extern "C" __global__ void nop() {}', "nop")
         print(f"an empty kernel times {timer(lambda: nop((1,), (1,), ())) * 1e6:.1f} us (the timing's floor)")
     except Exception as exc:  # cupy missing: torch's sum is a read-only stream as well
@@ -204,7 +211,8 @@ def copy_bandwidth(torch, timer) -> dict:
         as_i32 = src.view(torch.int32)
         t_read = timer(lambda: as_i32.sum())
         read_bw = n / t_read
-    return {"copy_TBps": 2 * n / t_copy / 1e12, "read_TBps": read_bw / 1e12}
+        read_floor = None
+    return {"copy_TBps": 2 * n / t_copy / 1e12, "read_TBps": read_bw / 1e12}, read_floor
 
 
 def _ptr(cp, tensor):
@@ -217,10 +225,12 @@ def rel_err(torch, a, b) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
 
 
-def bench_case(torch, timer, ours: Ours, case: Case, num_sms: int, fixed_splits: bool) -> None:
+def bench_case(torch, timer, ours: Ours, case: Case, num_sms: int, fixed_splits: bool, read_floor=None) -> None:
     c = case.config
     t = make_inputs(torch, c)
     res = case.results
+    if read_floor and case.kind != "prefill" and case.bytes <= 2 << 30:   # prefill is compute-bound
+        res["read_floor"] = read_floor(case.bytes)
     for be in ("cudnn", "flash"):
         try:
             fn = torch_runner(torch, c, t, be)
@@ -273,7 +283,7 @@ def fmt_row(case: Case, ceil_read: float) -> str:
         extra += f"  (split kernel {r['ours_fwd'] * 1e6:.1f} + combine {r['ours_combine'] * 1e6:.1f} us alone)"
     return (f"{case.name:34} {us(r['ours'])} {us(r.get('cudnn'))} {us(r.get('flash'))}   "
             f"{tb(r['ours']):5.2f} {tb(r.get('cudnn')):5.2f} {tb(r.get('flash')):5.2f}   "
-            f"{ratio:5.2f}x  {tb(r['ours']) * 1e12 / ceil_read:5.2f} "
+            f"{ratio:5.2f}x  {tb(r['ours']) * 1e12 / ceil_read:5.2f} {us(r.get('read_floor'))} "
             f"err {r.get('max_rel_err_vs_torch', float('nan')):.1e}{extra}")
 
 
@@ -301,7 +311,7 @@ def main() -> None:
     ours = Ours(backend)
     timer = Timer(torch, a.iters, a.flush)
     props = torch.cuda.get_device_properties(0)
-    ceil = copy_bandwidth(torch, timer)
+    ceil, read_floor = copy_bandwidth(torch, timer)
     print(f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, "
           f"{backend.compiler_version()}; copy {ceil['copy_TBps']:.2f} TB/s, read-only stream {ceil['read_TBps']:.2f} TB/s")
     rng = np.random.default_rng(7)
@@ -315,12 +325,14 @@ def main() -> None:
         cases.append(decode_case(RAGGED, dtype, ragged=ragged))
         cases += [prefill_case(dtype, False), prefill_case(dtype, True)]
         print(f"\n== {dtype}: device time (us), effective TB/s, ours / faster of cuDNN and flash "
-              f"(>1 = ours faster), ours / read-only stream ceiling")
+              f"(>1 = ours faster), ours / read-only stream ceiling, the read-only stream's time (us) for "
+              f"this shape's bytes alone")
         print(f"{'shape (b,Hq,Hkv,Sk,D)':34} {'ours':>8} {'cuDNN':>8} {'flash':>8}   {'ours':>5} {'cuDNN':>5} {'flash':>5}   "
-              f"{'ratio':>6}  {'/read':>5}")
+              f"{'ratio':>6}  {'/read':>5} {'floor':>8}")
         for case in cases:
             try:
-                bench_case(torch, timer, ours, case, props.multi_processor_count, not (a.quick or a.no_fixed))
+                bench_case(torch, timer, ours, case, props.multi_processor_count, not (a.quick or a.no_fixed),
+                           read_floor)
                 print(fmt_row(case, ceil["read_TBps"] * 1e12), flush=True)
             except Exception as exc:
                 case.results["error"] = repr(exc)[:300]

@@ -572,13 +572,14 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 // A block serves 16*WM rows of one kv head (the grouped path's head-major packing: decode's GQA
 // rows share one K/V pass), warp (wm, wn) the rows 16*wm.. and, of every tile of BN keys, the
 // keys wn*BN/WN..: prefill runs WM = 4 row tiles, decode WN key groups (kernels/variants.py
-// MMA_DECODE_SHAPES) whose softmax states merge once at the end. K and V tiles go to shared memory by cp.async, V of tile t
-// while S = Q.K^T of tile t is computed and K of tile t+1 while P.V of tile t is, as
-// FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode measured no faster on the
-// H200: docs/decisions.md.) With few splits, decode's last block per row tile also does the
-// combine (attn_fused_combine). P is rounded to T for P.V (SPEC §1 allows it); l sums the f32 P. MINB is the blocks per SM
-// the register budget must allow (__launch_bounds__). Split boundaries, masks, guards and
-// defect switches are those of attn_splitkv_fwd.
+// MMA_DECODE_SHAPES) whose softmax states merge once at the end. K and V tiles go to shared
+// memory by cp.async, V of tile t while S = Q.K^T of tile t is computed and K of tile t+1 while
+// P.V of tile t is, as FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode measured
+// no faster on the H200: docs/decisions.md.) With few splits, decode's last block per row tile
+// also does the combine (attn_fused_combine). P is rounded to T for P.V (SPEC §1 allows it); l
+// sums the f32 P. MINB is the blocks per SM the register budget must allow
+// (__launch_bounds__). Split boundaries, masks, guards and defect switches are those of
+// attn_splitkv_fwd.
 #if defined(ATTN_HAVE_MMA_SM80)
 
 __device__ __forceinline__ unsigned attn_smem_addr(const void* p) {
@@ -646,6 +647,12 @@ struct AttnMmaSmem {
 };
 
 extern __shared__ __align__(16) unsigned char attn_mma_smem[];
+
+// Element offset of 16-byte chunk c of shared row r: swizzled (chunk c ^ (r & 7), the row
+// unpadded) or at its place in a padded row; the loader and both readers go through here.
+__device__ __forceinline__ int attn_smem_chunk(int r, int c, int stride, bool swizzled) {
+    return r * stride + (swizzled ? c ^ (r & 7) : c) * 8;
+}
 
 // The combine fused into the split kernel (combine_count set: the host's fuses_combine). Called
 // by every thread of a block after its partials are written and fenced: the last block of the
@@ -736,6 +743,11 @@ __device__ __noinline__ void attn_fused_combine(
 // 1: K and V tiles with rows of 8, 16 or 32 chunks are stored swizzled, not padded (below).
 #ifndef ATTN_MMA_SWIZZLE
 #define ATTN_MMA_SWIZZLE 1
+#endif
+// 1: decode requests V(t) beside K(t), not after it (the main loop below). Off until measured:
+// the GPU went away before its A/B ran (docs/decisions.md, "Decode's short shapes").
+#ifndef ATTN_MMA_EARLY_V
+#define ATTN_MMA_EARLY_V 0
 #endif
 template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int MINB>
 __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
@@ -863,7 +875,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         for (int i = 0; i < BN * chunks / NT; ++i) {
             const int r = key0 + i * rstep;
             const bool ok = d_ok && j0 + r < loop_end;   // zeros past the keys: P.V reads them
-            attn_cp_async16(dst + r * stride + (swz ? c ^ (r & 7) : c) * 8, ok ? sp : src, ok);
+            attn_cp_async16(dst + attn_smem_chunk(r, c, stride, swz), ok ? sp : src, ok);
             sp += rstep * ss;
         }
     };
@@ -889,7 +901,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                 unsigned r[4];
                 const int key = wn * NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 const int c = kk * 2 + ((lane >> 3) & 1);
-                attn_ldsm_x4(r, ks + key * KS + (SWK ? c ^ (key & 7) : c) * 8);
+                attn_ldsm_x4(r, ks + attn_smem_chunk(key, c, KS, SWK));
                 attn_mma(s[2 * np], qf[kk], r[0], r[1], T());
                 attn_mma(s[2 * np + 1], qf[kk], r[2], r[3], T());
             }
@@ -969,23 +981,35 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             for (int np = 0; np < NOV / 2; ++np) {
                 unsigned r[4];
                 const int c = np * 2 + (lane >> 4);
-                attn_ldsm_x4_trans(r, vs + key * VS + (SWV ? c ^ (key & 7) : c) * 8);
+                attn_ldsm_x4_trans(r, vs + attn_smem_chunk(key, c, VS, SWV));
                 attn_mma(acc[2 * np], a, r[0], r[1], T());
                 attn_mma(acc[2 * np + 1], a, r[2], r[3], T());
             }
         }
     };
 
+    // FlashAttention 2's order: V(t) is asked for once K(t) is in, so a block has one tile in
+    // flight. With ATTN_MMA_EARLY_V, decode (one row tile) asks for V(t) as soon as every warp is
+    // done with V(t-1): V(t) streams in beside K(t), two tiles in flight, and a block's first K
+    // and V tiles arrive together. Prefill is compute-bound and keeps the order.
+    constexpr bool EARLY_V = ATTN_MMA_EARLY_V && WM == 1;
     const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
     float s[NST][4];
     if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, key_begin);
     attn_cp_commit();
+    if (EARLY_V) {
+        if (n_tiles > 0) load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, key_begin);
+        attn_cp_commit();
+    }
     for (int t = 0; t < n_tiles; ++t) {
         const int j0 = key_begin + t * BN;
-        attn_cp_wait<0>();
+        if (EARLY_V) attn_cp_wait<1>();       // K(t) is in (V(t) may still be on its way)
+        else attn_cp_wait<0>();
         __syncthreads();                      // K(t) is in; every warp is past P.V(t-1)
-        load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, j0);
-        attn_cp_commit();
+        if (!EARLY_V) {
+            load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, j0);
+            attn_cp_commit();
+        }
         tile_qk(k_s, s);
         __syncthreads();                      // every warp is done with K(t)
         if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, j0 + BN);
@@ -994,6 +1018,11 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         attn_cp_wait<1>();
         __syncthreads();                      // V(t) is in (K(t+1) may still be on its way)
         tile_pv(v_s, s);
+        if (EARLY_V) {
+            __syncthreads();                  // every warp is done with V(t)
+            if (t + 1 < n_tiles) load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, j0 + BN);
+            attn_cp_commit();
+        }
     }
     attn_cp_wait<0>();
 

@@ -175,11 +175,13 @@ INSTANCES = [
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
 @pytest.mark.parametrize("arch, switches", [
     ("sm_80", []), ("sm_90", []),
-    # the comparison builds: padded rows everywhere, no L2 fetch hint (docs/decisions.md)
-    ("sm_90", ["-DATTN_MMA_SWIZZLE=0", "-DATTN_CP_L2_PREFETCH=0"]),
+    # the comparison builds: padded rows everywhere, no L2 fetch hint, decode's V beside K
+    # (docs/decisions.md)
+    ("sm_90", ["-DATTN_MMA_SWIZZLE=0", "-DATTN_CP_L2_PREFETCH=0", "-DATTN_MMA_EARLY_V=1"]),
 ])
 def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list[str]):
-    refs = "\n".join(f"    (void*)&{v.fwd_expr}," for v in INSTANCES)
+    # the combine kernels too (one per output type; variants share them)
+    refs = "\n".join(f"    (void*)&{e}," for e in dict.fromkeys(e for v in INSTANCES for e in v.name_expressions))
     # the kernel's shared memory (AttnMmaSmem) is the host's Variant.shared_bytes, checked at compile time
     smem = "\n".join(f"static_assert(AttnMmaSmem<{v.dqk_bucket}, {v.dv_bucket}, {v.tile_n}, {v.block_m // 16}, "
                      f"{v.key_groups}>::bytes == {v.shared_bytes}, \"{v.name}\");" for v in INSTANCES)
@@ -192,7 +194,7 @@ def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = proc.stderr
     compiled = re.findall(r"Compiling entry function '(\w+)'", report)
-    assert len(compiled) == len(INSTANCES)
+    assert len(compiled) == len({e for v in INSTANCES for e in v.name_expressions})
     # the f16 decode variant (D = 128): no spills under its blocks-per-SM register budget
     dec = INSTANCES[0]
     mangled = "attn_splitkv_fwd_mmaI6__half" + "".join(

@@ -1,0 +1,40 @@
+"""bench/plot_kernels.py draws a kernels.json with and without the per-shape read floor."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+
+from bench.plot_kernels import main
+
+
+def _run(floor: bool) -> dict:
+    cases = []
+    for name, nbytes, ours in (("(8,32,8,4096,128)", 134_250_496, 42.8e-6), ("(1,8,1,65536,128)", 33_558_528, 20.6e-6)):
+        c = {"dtype": "f16", "name": name, "kind": "decode", "bytes": nbytes, "ours": ours,
+             "cudnn": ours * 0.95, "flash": ours * 1.5}
+        if floor:
+            c["read_floor"] = ours * 0.6
+        cases.append(c)
+    cases.append({"dtype": "f16", "name": "prefill", "kind": "prefill", "bytes": 1, "ours": 1e-3})
+    return {"device": "test", "date": "2026-12-04", "bandwidth": {"copy_TBps": 4.29, "read_TBps": 4.47},
+            "cases": cases}
+
+
+def _red_pixels(png: Path) -> int:
+    img = mpimg.imread(png)[..., :3]
+    return int(np.sum((img[..., 0] > 0.9) & (img[..., 1] < 0.2) & (img[..., 2] < 0.2)))
+
+
+def test_the_floor_is_drawn_where_measured(tmp_path: Path):
+    pngs = {}
+    for floor in (True, False):
+        src = tmp_path / f"kernels-{floor}.json"
+        src.write_text(json.dumps(_run(floor)))
+        pngs[floor] = tmp_path / f"kernels-{floor}.png"
+        main(str(src), str(pngs[floor]))
+    # the floor marks (and their legend entry) are the plot's only pure red
+    assert _red_pixels(pngs[True]) > 50
+    assert _red_pixels(pngs[False]) == 0
