@@ -8,10 +8,13 @@ logits matrix alone is 2 GiB in float64.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
+
+from reference.widen import widen_into
 
 # Elements of the largest temporary of one piece. Small enough to stay near the caches and
 # far below the 2 GiB bound, large enough that BLAS and ufunc calls amortise Python.
@@ -96,7 +99,7 @@ class Workspace:
     def take(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A contiguous uninitialised array of `shape`, backed by the buffer called `name`."""
         dtype = np.dtype(dtype)
-        size = int(np.prod(shape))
+        size = math.prod(shape)  # np.prod of a tuple costs microseconds, and this runs per tile
         buffer = self._buffers.get(name)
         if buffer is None or buffer.dtype != dtype or buffer.size < size:
             buffer = self._buffers[name] = np.empty(max(size, 1), dtype=dtype)
@@ -119,7 +122,7 @@ def gather_rows(x: np.ndarray, piece: Piece, num_heads_kv: int, dtype: np.dtype,
     bc, hc, qc, ratio, n = view.shape
     if out is None:
         out = np.empty((bc, hc, qc * ratio, n), dtype=dtype)
-    out.reshape(view.shape)[...] = view
+    widen_into(view, out.reshape(view.shape))
     return out
 
 
@@ -134,6 +137,38 @@ def scatter_rows(dst: np.ndarray, piece: Piece, num_heads_kv: int, values: np.nd
     ratio = dst.shape[1] // num_heads_kv
     v5 = values.reshape(bc, hc, qc, ratio, *values.shape[3:])
     _grouped(dst, num_heads_kv)[piece.batches, piece.kv_heads, :, piece.rows] = np.swapaxes(v5, 2, 3)
+
+
+def rows_view(dst: np.ndarray, piece: Piece, num_heads_kv: int) -> np.ndarray | None:
+    """dst [g, Hq, Sq, ...] (contiguous) as the grouped rows [bc, hc, R, ...] of one piece, a view
+    that writes into dst, where one exists: with one query head per kv head, or one query row,
+    grouped rows are dst's own rows. None otherwise (then scatter_rows copies them).
+
+    Writing a piece's result there directly saves the scatter, a pass over the whole output.
+    """
+    bc, hc, qc = piece.shape
+    ratio = dst.shape[1] // num_heads_kv
+    g5 = _grouped(dst, num_heads_kv)[piece.batches, piece.kv_heads, :, piece.rows]  # [bc, hc, ratio, qc, ...]
+    if ratio == 1:
+        return g5[:, :, 0]
+    if qc == 1:
+        return g5[:, :, :, 0]
+    return None
+
+
+def split_rows_view(dst: np.ndarray, piece: Piece, num_heads_kv: int) -> np.ndarray | None:
+    """rows_view for every split: dst [S, g, Hq, Sq, ...] (contiguous) as [bc, hc, S, R, ...], or None."""
+    if not dst.flags.c_contiguous:
+        return None
+    S, g, hq = dst.shape[:3]
+    bc, hc, qc = piece.shape
+    ratio = hq // num_heads_kv
+    g6 = dst.reshape(S, g, num_heads_kv, ratio, *dst.shape[3:])[:, piece.batches, piece.kv_heads, :, piece.rows]
+    if ratio == 1:
+        return g6[:, :, :, 0].transpose(1, 2, 0, *range(3, g6.ndim - 1))
+    if qc == 1:
+        return g6[:, :, :, :, 0].transpose(1, 2, 0, *range(3, g6.ndim - 1))
+    return None
 
 
 def scatter_splits(dst: np.ndarray, piece: Piece, num_heads_kv: int, values: np.ndarray) -> None:
@@ -160,14 +195,17 @@ def add_widened(dst: np.ndarray, src: np.ndarray, work: Workspace) -> None:
     """dst += src, where src may be a strided view of a narrower float type (a bias tile).
 
     A ufunc casting a strided f16/bf16 operand goes through small buffers at 4-6 ns an
-    element; copying the view as it is, then widening the contiguous copy, costs half. Widening
-    is exact, so the sums are the same bits.
+    element; copying the view as it is (unless it is contiguous already), then widening the
+    contiguous copy (reference/widen.py), costs a fraction. Widening is exact, so the sums are
+    the same bits.
     """
     if src.dtype == dst.dtype:
         dst += src
         return
-    raw = work.take("widen_raw", dst.shape, src.dtype)
-    raw[...] = src
+    raw = src
+    if not (src.flags.c_contiguous and src.shape == dst.shape):
+        raw = work.take("widen_raw", dst.shape, src.dtype)
+        raw[...] = src
     wide = work.take("widen", dst.shape, dst.dtype)
-    wide[...] = raw
+    widen_into(raw, wide)
     dst += wide

@@ -12,13 +12,14 @@ import numpy as np
 
 from attnconfig import AttentionConfig
 from reference.chunks import (
-    DEFAULT_BUDGET, Piece, Workspace, add_widened, gather_rows, grouped_view, plan, scatter_rows,
+    DEFAULT_BUDGET, Piece, Workspace, add_widened, gather_rows, grouped_view, plan, rows_view, scatter_rows,
 )
 from reference.inputs import as_config, softmax_scale
 from reference.masks import row_key_limits
 from reference.reduce import row_max
 from reference.rounding import round_to
 from reference.logits import scale_logits
+from reference.widen import widen_into
 
 
 def attention_exact(config: AttentionConfig | Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -68,9 +69,9 @@ def _attend(c: AttentionConfig, inputs: Mapping[str, Any], compute: np.dtype, p_
         if heads != cached_heads:  # cast K and V once per head, not once per row block
             head_keys = int(all_limits[piece.batches].max()) + 1
             k_cast = work.take("k", (bc, hc, head_keys, c.head_dim_qk), compute)
-            k_cast[...] = k[piece.batches, piece.kv_heads, :head_keys]
+            widen_into(k[piece.batches, piece.kv_heads, :head_keys], k_cast)
             v_cast = work.take("v", (bc, hc, head_keys, c.head_dim_v), compute)
-            v_cast[...] = v[piece.batches, piece.kv_heads, :head_keys]
+            widen_into(v[piece.batches, piece.kv_heads, :head_keys], v_cast)
             cached_heads = heads
 
         qs = gather_rows(q, piece, hkv, compute, out=work.take("q", (bc, hc, rows, c.head_dim_qk), compute))
@@ -95,7 +96,8 @@ def _attend(c: AttentionConfig, inputs: Mapping[str, Any], compute: np.dtype, p_
         with np.errstate(divide="ignore"):
             inv = np.where(l > 0, 1 / np.where(l > 0, l, 1), 0).astype(compute)
             lse_piece = np.where(l > 0, m[..., 0] + np.log(l), -np.inf)
-        o = work.take("o", (bc, hc, rows, c.head_dim_v), compute)
+        o_in_place = rows_view(out, piece, hkv)  # the matmul then writes the output itself
+        o = work.take("o", (bc, hc, rows, c.head_dim_v), compute) if o_in_place is None else o_in_place
         if p_dtype is None:
             np.matmul(s, v_cast[:, :, :n_keys], out=o)
             o *= inv[..., None]
@@ -103,5 +105,6 @@ def _attend(c: AttentionConfig, inputs: Mapping[str, Any], compute: np.dtype, p_
             s *= inv[..., None]
             round_to(s, p_dtype, out=s)
             np.matmul(s, v_cast[:, :, :n_keys], out=o)
-        scatter_rows(out, piece, hkv, o)
+        if o_in_place is None:
+            scatter_rows(out, piece, hkv, o)
         scatter_rows(lse, piece, hkv, lse_piece)

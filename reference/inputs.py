@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from attnconfig import AttentionConfig, parse_config
+from reference.chunks import Workspace
 from reference.rounding import narrow_f64
 
 _NORMAL_CHUNK = 1 << 16
@@ -50,6 +51,7 @@ def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
     rng = np.random.default_rng(c.data_seed)
     g, hq, hkv, sq, sk = c.g, c.num_heads_q, c.num_heads_kv, c.seq_len_q, c.seq_len_k
     shapes = {"q": (g, hq, sq, c.head_dim_qk), "k": (g, hkv, sk, c.head_dim_qk), "v": (g, hkv, sk, c.head_dim_v)}
+    work = Workspace()  # narrow_f64's chunk-sized scratch, for every tensor
 
     def normal(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         # Drawn and cast a cache-sized chunk at a time: the same values as one
@@ -57,12 +59,12 @@ def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
         # float64 temporary of the whole tensor (1 GiB for a large KV cache) and its page faults.
         out = np.empty(shape, dtype=dtype)
         flat = out.reshape(-1)
-        buf = np.empty(min(flat.size, _NORMAL_CHUNK))
-        scratch = np.empty(len(buf), dtype=np.float32)
+        buf = work.take("normals", (min(flat.size, _NORMAL_CHUNK),), np.float64)
+        scratch = work.take("narrow_f32", buf.shape, np.float32)
         for i in range(0, flat.size, _NORMAL_CHUNK):
             part = buf[:min(_NORMAL_CHUNK, flat.size - i)]
             rng.standard_normal(out=part)
-            narrow_f64(part, flat[i:i + len(part)], scratch[:len(part)])
+            narrow_f64(part, flat[i:i + len(part)], scratch[:len(part)], work)
         return out
 
     out: dict[str, Any] = {}

@@ -5,7 +5,8 @@ policy's business (sweeps/). Float metrics are computed over the elements where 
 are finite and are therefore always finite numbers (storable, JSON-safe); every non-finite
 disagreement is counted instead (`*_nonfinite`, `lse_inf_mismatch`), and the policy turns
 those counts into the `nan` outcome or a failed gate. Large tensors are processed in row
-blocks, so verifying an output costs a few blocks of memory, not copies of the whole tensor.
+blocks, so verifying an output costs a few blocks of memory, not copies of the whole tensor;
+finite blocks (the usual case) go through reference/sliced.py a cache-sized slice at a time.
 """
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import numpy as np
 
 from attnconfig import AttentionConfig
 from attnconfig.outcomes import METRIC_KEYS
+from reference.chunks import Workspace
 from reference.inputs import as_config
 from reference.reduce import row_max
+from reference.sliced import REL_FLOOR, TINY, BlockStats, compare_block, partial_rows
+from reference.sliced import row_denominator as _row_denominator
 from reference.splitkv import RowScales
 
-TINY = float(np.finfo(np.float64).tiny)  # a Python float: x / TINY overflows to inf without a warning
-REL_FLOOR = 1e-8  # rel_diff = abs_diff / max(|ref|, 1e-8)
 _BLOCK_ELEMENTS = 1 << 20
 
 
@@ -44,19 +46,6 @@ def _row_blocks(*arrays: np.ndarray):
 def _cast_ref(ref: np.ndarray, out: np.ndarray) -> np.ndarray:
     """The reference as the output's storage type would hold it, then float64."""
     return np.asarray(ref).astype(out.dtype).astype(np.float64)
-
-
-def _row_denominator(mag: np.ndarray, row_scale: np.ndarray | None) -> np.ndarray:
-    """max(row peak of |ref|, |out|; the row's magnitude scale; tiny).
-
-    The row scale is max_j sum_k p_k |v_kj| (attention of |V|): the size of the values an output
-    row was averaged from. A row can cancel to nearly 0 (head_dim_v 1..7 shows it) while its
-    rounding error stays proportional to that scale, so dividing by the row peak alone fails
-    correct kernels; a wrong row still errs by the order of the scale."""
-    den = row_max(mag)
-    if row_scale is not None:
-        den = np.maximum(den, np.where(np.isfinite(row_scale), row_scale, 0.0))
-    return np.maximum(den, TINY)
 
 
 class _Accumulator:
@@ -116,6 +105,15 @@ class _Accumulator:
         self.row_err = max(self.row_err, float(row.max()))
         return True
 
+    def add_block(self, block: BlockStats) -> None:
+        """What add_finite adds for a finite block, from sliced.compare_block."""
+        self.sq_sum += block.sq_sum
+        self.count += block.count
+        self.max_abs = max(self.max_abs, block.max_abs)
+        self.max_mag = max(self.max_mag, block.max_mag)
+        self.max_rel = max(self.max_rel, block.max_rel)
+        self.row_err = max(self.row_err, block.row_err)
+
     @property
     def rms(self) -> float:
         if self.count == 0 or self.max_mag == 0:
@@ -128,21 +126,50 @@ def tensor_metrics(ref: np.ndarray, out: np.ndarray, row_scale: np.ndarray | Non
 
     row_scale (shape without the last axis, optional): the row maxima of the attention of |V|
     (RowScales.out), which scale row_err."""
+    return _compare(ref, out, None, row_scale, stats=True)[0]
+
+
+def _compare(ref: np.ndarray, out: np.ndarray, low: np.ndarray | None, row_scale: np.ndarray | None,
+             stats: bool) -> tuple[dict[str, float | int] | None, float | None]:
+    """(tensor_metrics(ref, out, row_scale) if stats, err_ratio(ref, out, low) if low is given),
+    in one pass over the blocks: the output is read and widened once for both."""
+    ref = np.asarray(ref)
     _check_shapes(ref, out)
+    if low is not None:
+        _check_shapes(ref, low)
     acc = _Accumulator()
     nonfinite = 0
+    worst_out = worst_low = 0.0
     scales = None if row_scale is None else np.asarray(row_scale).reshape(-1)
     step = _rows_per_block(np.shape(out))
-    for i, (r_raw, o_raw) in enumerate(_row_blocks(np.asarray(ref), out)):
-        scale = None if scales is None else scales[i * step:(i + 1) * step].astype(np.float64)
-        if acc.add_finite(_cast_ref(r_raw, out), o_raw.astype(np.float64), scale):
+    work = Workspace()
+    for i, blocks in enumerate(_row_blocks(ref, out) if low is None else _row_blocks(ref, out, low)):
+        r_raw, o_raw = blocks[0], blocks[1]
+        w_raw = None if low is None else blocks[2]
+        if not r_raw.size:
             continue
-        r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
-        r_fin, o_fin = np.isfinite(r), np.isfinite(o)
-        nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & r_fin).sum())
-        acc.add(r, o, r_fin & o_fin, scale)
-    return {"max_abs": acc.max_abs, "max_rel": acc.max_rel, "rms": acc.rms, "row_err": acc.row_err,
-            "nonfinite": nonfinite}
+        scale = None if scales is None else scales[i * step:(i + 1) * step].astype(np.float64)
+        block, ratio = compare_block(r_raw, o_raw, w_raw, scale, out.dtype, stats, work)
+        if block is not None:
+            acc.add_block(block)
+        elif stats:  # a NaN or an inf in the block: count it, compare the rest under masks
+            r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
+            r_fin, o_fin = np.isfinite(r), np.isfinite(o)
+            nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & r_fin).sum())
+            acc.add(r, o, r_fin & o_fin, scale)
+        if ratio is not None:
+            worst_out, worst_low = max(worst_out, ratio[0]), max(worst_low, ratio[1])
+        elif w_raw is not None:
+            r, o, w = r_raw.astype(np.float64), o_raw.astype(np.float64), w_raw.astype(np.float64)
+            use = np.isfinite(r) & np.isfinite(o) & np.isfinite(w)
+            if use.any():
+                worst_out = max(worst_out, float(np.abs(o[use] - r[use]).max()))
+                worst_low = max(worst_low, float(np.abs(w[use] - r[use]).max()))
+    metrics = None
+    if stats:
+        metrics = {"max_abs": acc.max_abs, "max_rel": acc.max_rel, "rms": acc.rms, "row_err": acc.row_err,
+                   "nonfinite": nonfinite}
+    return metrics, None if low is None else worst_out / max(worst_low, TINY)
 
 
 def lse_metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, float | int]:
@@ -169,24 +196,7 @@ def err_ratio(ref: np.ndarray, out: np.ndarray, low: np.ndarray) -> float:
     ref is taken as given (not rounded to the storage type), as in FlashAttention's rule:
     rounding it would make max|low - ref| exactly 0 on small tensors and the ratio explode.
     """
-    _check_shapes(ref, out)
-    _check_shapes(ref, low)
-    worst_out = worst_low = 0.0
-    for r, o_raw, w_raw in _row_blocks(np.asarray(ref), out, low):
-        r, o, w = r.astype(np.float64), o_raw.astype(np.float64), w_raw.astype(np.float64)
-        if r.size:
-            with np.errstate(invalid="ignore"):  # inf - inf: not finite, handled below
-                d_out = float(np.abs(np.subtract(o, r, out=o), out=o).max())
-                d_low = float(np.abs(np.subtract(w, r, out=w), out=w).max())
-            if np.isfinite(d_out) and np.isfinite(d_low):  # so all three are finite
-                worst_out, worst_low = max(worst_out, d_out), max(worst_low, d_low)
-                continue
-            o, w = o_raw.astype(np.float64), w_raw.astype(np.float64)
-        use = np.isfinite(r) & np.isfinite(o) & np.isfinite(w)
-        if use.any():
-            worst_out = max(worst_out, float(np.abs(o[use] - r[use]).max()))
-            worst_low = max(worst_low, float(np.abs(w[use] - r[use]).max()))
-    return worst_out / max(worst_low, TINY)
+    return _compare(ref, out, low, None, stats=False)[1]
 
 
 def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
@@ -210,6 +220,7 @@ def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
     valid_flat = valid.reshape(n_rows)
     row_err = lse_max_abs = 0.0
     invalid_bad = nonfinite = 0
+    work = Workspace()
     for s in range(S):
         for r0 in range(0, n_rows, step):
             rows = slice(r0, r0 + step)
@@ -219,7 +230,7 @@ def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
                 o32 = o_partials[s].reshape(n_rows, dv)[rows]
                 zeros = not is_valid.all() and _all_positive_zero(o32)  # empty splits: the usual case
                 scale = None if row_scale is None else row_scale[s].reshape(n_rows)[rows].astype(np.float64)
-                fast = _partial_o_block(ref_o[s].reshape(n_rows, dv)[rows], o32, is_valid, scale, zeros)
+                fast = _partial_o_block(ref_o[s].reshape(n_rows, dv)[rows], o32, is_valid, scale, zeros, work)
                 if fast is not None:
                     row_err = max(row_err, fast)
                 else:
@@ -253,7 +264,7 @@ def _all_positive_zero(x: np.ndarray) -> bool:
 
 
 def _partial_o_block(r32: np.ndarray, o32: np.ndarray, is_valid: np.ndarray, scale: np.ndarray | None,
-                     zeros: bool = False) -> float | None:
+                     zeros: bool = False, work: Workspace | None = None) -> float | None:
     """The worst valid row's error of one block of partials when every element of the block is
     finite (then nothing counts as nonfinite); None when one is not (the caller's masked path).
 
@@ -262,16 +273,11 @@ def _partial_o_block(r32: np.ndarray, o32: np.ndarray, is_valid: np.ndarray, sca
     caller found every bit of o32 zero."""
     if not is_valid.any():
         return 0.0 if zeros or not np.count_nonzero(o32) else None
-    with np.errstate(invalid="ignore"):  # inf - inf: caught by the finiteness test below
-        diff = np.subtract(r32, o32, dtype=np.float64)
-    np.abs(diff, out=diff)
-    row_diff = row_max(diff) if diff.size else np.zeros(len(diff))
-    mag = np.maximum(np.abs(r32), np.abs(o32))
-    row_mag = row_max(mag).astype(np.float64) if mag.size else np.zeros(len(mag))  # mag >= 0: as initial=0
+    if not o32.size:  # rows of no element
+        return 0.0
+    row_diff, row_mag = partial_rows(r32, o32, work if work is not None else Workspace())
     if not (np.isfinite(row_diff).all() and np.isfinite(row_mag).all()):
         return None
-    if not diff.size:
-        return 0.0
     row = row_diff / _row_denominator(row_mag[:, None], scale)
     return float(row[is_valid].max())
 
@@ -292,11 +298,11 @@ def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any,
     c = as_config(config)
     ref_out, ref_lse = exact if exact is not None else (ref_result.out_f32, ref_result.lse_f32)
     metrics: dict[str, float | int | None] = dict.fromkeys(METRIC_KEYS)
-    o = tensor_metrics(ref_out, out, row_scale=None if magnitude is None else magnitude.out)
+    o, ratio = _compare(ref_out, out, low_out, None if magnitude is None else magnitude.out, stats=True)
     metrics.update(out_rms=o["rms"], out_row_err=o["row_err"], out_max_abs=o["max_abs"],
                    out_max_rel=o["max_rel"], out_nonfinite=o["nonfinite"])
     if low_out is not None:
-        metrics["out_err_ratio"] = err_ratio(ref_out, out, low_out)
+        metrics["out_err_ratio"] = ratio
     if lse is not None:
         m = lse_metrics(ref_lse, lse)
         metrics.update(lse_rms=m["rms"], lse_max_abs=m["max_abs"], lse_row_err=m["row_err"],

@@ -10,10 +10,20 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from reference.chunks import Workspace
+
 _F16_MANTISSA = 10
 _F16_MIN_EXP = -14   # smallest normal exponent; below it the spacing stays 2^-24
 _F16_MAX = 65504.0
 _UINT = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+# Below this every float32 rounds to a finite float16 (65520 is the tie between 65504 and 2^16).
+_F16_OVERFLOW = 65520.0
+# float32 constants of _round_f16: exponent field, the shift of the exponent by 23 - 10 mantissa
+# bits, and the bits of M's floor 2^(-14 - 10 + 13) (float16's subnormal spacing 2^-24 as an ulp).
+_F32_EXPONENT_MASK, _F32_SIGN = np.uint32(0x7F800000), np.uint32(0x80000000)
+_F32_F16_SHIFT = np.uint32((23 - _F16_MANTISSA) << 23)
+_F32_F16_FLOOR = np.array(2.0 ** (_F16_MIN_EXP - _F16_MANTISSA + 23), dtype=np.float32).view(np.uint32)
+_ROUND_CHUNK = 1 << 16  # float32 elements a pass of _round_f16 covers at a time (256 KiB)
 
 
 def round_to(x: np.ndarray, dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
@@ -34,6 +44,30 @@ def round_to(x: np.ndarray, dtype: np.dtype, out: np.ndarray | None = None) -> n
 
 
 def _round_f16(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if x.dtype == np.float32 and out.dtype == np.float32 and x.size:
+        if x.size > _ROUND_CHUNK and x.flags.c_contiguous and out.flags.c_contiguous:
+            # A chunk at a time with reused scratch: a whole-array temporary per pass costs its
+            # page faults on every call (three of 300 MB for a large attention output).
+            flat_x, flat_out, work = x.reshape(-1), out.reshape(-1), Workspace()
+            for i in range(0, flat_x.size, _ROUND_CHUNK):
+                _round_f16_part(flat_x[i:i + _ROUND_CHUNK], flat_out[i:i + _ROUND_CHUNK], work)
+            return out
+        return _round_f16_part(x, out, None)
+    return _round_f16_any(x, out)
+
+
+def _round_f16_part(x: np.ndarray, out: np.ndarray, work: Workspace | None) -> np.ndarray:
+    """_round_f16 of float32 x (rounding is elementwise: any cut gives the same bits); work: its
+    scratch, or None for fresh temporaries (cheaper for a small x)."""
+    magnitude = np.abs(x) if work is None else np.abs(x, out=work.take("magnitude", x.shape, np.float32))
+    # NaN and inf fail the test too: only then are the overflow and non-finite passes of the
+    # general path needed (softmax probabilities and attention outputs never take them).
+    if float(magnitude.max()) < _F16_OVERFLOW:
+        return _round_f16_finite(x, magnitude, out, work)
+    return _round_f16_any(x, out)
+
+
+def _round_f16_any(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     info = np.finfo(x.dtype)
     uint = _UINT[x.dtype]
     mantissa = info.nmant
@@ -59,34 +93,104 @@ def _round_f16(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
+def _round_f16_finite(x: np.ndarray, magnitude: np.ndarray, out: np.ndarray, work: Workspace | None) -> np.ndarray:
+    """_round_f16 of a float32 x whose magnitudes (given, and overwritten) are all below 65520.
+
+    The same additions as the general path, without the cap on M (|x| < 2^16 never reaches it)
+    and without the overflow and non-finite passes: the same bits in half the passes. The sign
+    goes back as a bit (copysign of a non-negative magnitude, at a third of copysign's cost).
+    """
+    # The sign before out, which may be x, is written.
+    def scratch(name):
+        return None if work is None else work.take(name, x.shape, np.uint32)
+    sign = np.bitwise_and(x.view(np.uint32), _F32_SIGN, out=scratch("sign"))
+    magic_bits = np.bitwise_and(magnitude.view(np.uint32), _F32_EXPONENT_MASK, out=scratch("magic"))
+    magic_bits += _F32_F16_SHIFT
+    np.maximum(magic_bits, _F32_F16_FLOOR, out=magic_bits)
+    magic = magic_bits.view(np.float32)
+    magnitude += magic
+    magnitude -= magic
+    np.bitwise_or(magnitude.view(np.uint32), sign, out=out.view(np.uint32))
+    return out
+
+
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+_F16 = np.dtype(np.float16)
 # float32 bits below bfloat16's precision, and their value at a halfway point between two
 # bfloat16 values (subnormals included: both types share the exponent field).
 _BF16_LOW_BITS, _BF16_TIE_BITS = np.uint32(0xFFFF), np.uint32(0x8000)
+# The same for float16, in a float32 scaled by 2^-112 (_narrow_f16).
+_F16_LOW_BITS, _F16_TIE_BITS = np.uint32(0x1FFF), np.uint32(0x1000)
+_F16_SCALE = np.float32(2.0 ** -112)
+_F16_INF_BITS = np.uint32(0x7C00)
 
 
-def narrow_f64(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
-    """out[...] = x for a 1-d float64 x, bit for bit; faster for a bfloat16 out.
+def narrow_f64(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None,
+               work: Workspace | None = None) -> np.ndarray:
+    """out[...] = x for a 1-d float64 x, bit for bit; faster for a bfloat16 or float16 out.
 
     ml_dtypes converts float64 to bfloat16 one element at a time (about 8 ns each, as long as
-    drawing a normal); float64 -> float32 is a vector instruction. Going through float32
-    rounds twice, which differs from one rounding only when the float32 lands exactly on a
-    halfway point between bfloat16 values: every such point is a float32 and rounding is
-    monotonic, so otherwise x and its float32 lie strictly on the same side of every halfway
-    point and round alike. Those few elements (about one in 2^16) and non-finite ones are
-    converted directly. float16 and float32 outs are plain casts: numpy's float32 -> float16
-    is no faster than its float64 -> float16 (measured), so the same trick gains nothing.
-    `scratch`: a float32 buffer of x's size, reused across calls.
+    drawing a normal), numpy float64 to float16 in software (2.2 ns); float64 -> float32 is a
+    vector instruction. Going through float32 rounds twice, which differs from one rounding
+    only when the float32 lands exactly on a halfway point between values of the narrow type:
+    every such point is a float32 and rounding is monotonic, so otherwise x and its float32
+    lie strictly on the same side of every halfway point and round alike. Those few elements
+    (about one in 2^13 for float16, 2^16 for bfloat16) and non-finite ones are converted
+    directly; the rest are rounded from the float32 bits with integer operations
+    (round-to-nearest-even at the narrow type's last bit). `scratch`: a float32 buffer of x's
+    size, `work` a chunks.Workspace for two more, reused across calls (a fresh temporary of a
+    chunk's size costs its page faults again whenever the allocator trims its heap).
     """
-    if out.dtype != _BF16:
+    if out.dtype not in (_BF16, _F16):
         out[...] = x
         return out
-    t = scratch if scratch is not None else np.empty(x.shape, dtype=np.float32)
+    work = work if work is not None else Workspace()
+    t = scratch if scratch is not None else work.take("narrow_f32", x.shape, np.float32)
+    bits = t.view(np.uint32)
+    tmp = work.take("narrow_u32", x.shape, np.uint32)
+    direct = work.take("narrow_direct", x.shape, np.bool_)
     with np.errstate(over="ignore"):
         t[...] = x
-    direct = (t.view(np.uint32) & _BF16_LOW_BITS) == _BF16_TIE_BITS
-    direct |= ~np.isfinite(t)
-    out[...] = t
+    if out.dtype == _BF16:
+        np.bitwise_and(bits, _BF16_LOW_BITS, out=tmp)
+        np.equal(tmp, _BF16_TIE_BITS, out=direct)
+        nonfinite = np.isfinite(t, out=work.take("narrow_nonfinite", x.shape, np.bool_))
+        np.logical_not(nonfinite, out=nonfinite)
+        direct |= nonfinite
+        # A finite float32 beyond bfloat16's largest value carries into the exponent: inf, as
+        # the cast gives.
+        out.view(np.uint16)[...] = _round_bits(bits, 16, tmp)
+        return _fix_direct(x, out, direct)
+    # Scaled by 2^-112, float16's normals become float32 normals and its subnormals float32
+    # subnormals with float16's bits in bits 13..30: one integer rounding for both. The
+    # scaling rounds tiny values to float32's subnormal grid, a third rounding whose halfway
+    # points at float16's last bit the same check catches.
+    np.multiply(t, _F16_SCALE, out=t)
+    np.bitwise_and(bits, _F16_LOW_BITS, out=tmp)
+    np.equal(tmp, _F16_TIE_BITS, out=direct)
+    sign = np.right_shift(bits, 16, out=work.take("narrow_sign", x.shape, np.uint32))
+    sign &= np.uint32(0x8000)
+    bits &= np.uint32(0x7FFFFFFF)
+    _round_bits(bits, 13, tmp)
+    if tmp.size and tmp.max() >= _F16_INF_BITS:  # overflow, inf or NaN (never for normal draws)
+        out[...] = x
+        return out
+    tmp |= sign
+    out.view(np.uint16)[...] = tmp
+    return _fix_direct(x, out, direct)
+
+
+def _round_bits(bits: np.ndarray, drop: int, out: np.ndarray) -> np.ndarray:
+    """uint32 bits >> drop, rounded to nearest even, into out."""
+    np.right_shift(bits, drop, out=out)
+    out &= np.uint32(1)
+    out += bits
+    out += np.uint32((1 << (drop - 1)) - 1)
+    out >>= np.uint32(drop)
+    return out
+
+
+def _fix_direct(x: np.ndarray, out: np.ndarray, direct: np.ndarray) -> np.ndarray:
     if direct.any():
         where = np.flatnonzero(direct)
         out[where] = x[where]

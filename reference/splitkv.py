@@ -84,18 +84,21 @@ def attention_splitkv(config: AttentionConfig | Mapping[str, Any], inputs: Mappi
         lse_f32 = np.empty(rows_shape, dtype=F32)
         out_scale = np.empty(rows_shape, dtype=F32) if magnitude else None
     valid_rows = valid[:, 0, :]  # [g, Sq]: the count depends on the batch entry and row only
-    for piece, o, lse, o_mag, used in split_pieces(c, inputs, block_n, magnitude=magnitude, fill_empty=False):
-        scatter_splits(o_partials[:used], piece, hkv, o[:, :, :used])
+    for part in split_pieces(c, inputs, block_n, magnitude=magnitude, fill_empty=False, o_dest=o_partials):
+        piece, o, lse, o_mag, used = part.piece, part.o, part.lse, part.o_mag, part.used
+        if not part.o_in_place:
+            scatter_splits(o_partials[:used], piece, hkv, o[:, :, :used])
         scatter_splits(lse_partials[:used], piece, hkv, lse[:, :, :used])
         if magnitude:
-            scatter_splits(part_scale[:used], piece, hkv, row_max(o_mag[:, :, :used]))
+            scatter_splits(part_scale[:used], piece, hkv, part.mag_rows)
         if S > 1:
             piece_valid = np.repeat(valid_rows[piece.batches, piece.rows], ratio, axis=1)[:, None, :]  # [bc, 1, R]
-            weights = MaskedWeights(np.moveaxis(lse, 2, 0), piece_valid)  # reads O of valid splits only
-            scatter_rows(out_f32, piece, hkv, weights.combine(np.moveaxis(o, 2, 0)))
+            # Splits first (transpose: np.moveaxis costs more than the work of a small piece).
+            weights = MaskedWeights(lse.transpose(2, 0, 1, 3), piece_valid)  # reads O of valid splits only
+            scatter_rows(out_f32, piece, hkv, weights.combine(o.transpose(2, 0, 1, 3, 4)))
             scatter_rows(lse_f32, piece, hkv, weights.lse)
             if magnitude:
-                scatter_rows(out_scale, piece, hkv, row_max(weights.combine(np.moveaxis(o_mag, 2, 0))))
+                scatter_rows(out_scale, piece, hkv, weights.combine_row_max(o_mag.transpose(2, 0, 1, 3, 4)))
     if magnitude and S == 1:
         out_scale = part_scale[0]
     return SplitKVResult(

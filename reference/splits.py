@@ -8,20 +8,21 @@ the reference only where a defect says so.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, NamedTuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from attnconfig import AttentionConfig
 from reference.chunks import (
-    DEFAULT_BUDGET, Piece, Workspace, add_widened, gather_rows, grouped_view, plan, scatter_splits,
+    DEFAULT_BUDGET, Piece, Workspace, add_widened, gather_rows, grouped_view, plan, scatter_splits, split_rows_view,
 )
 from reference.inputs import softmax_scale
 from reference.masks import last_valid_keys, prefix_offsets, row_key_limits
 from reference.reduce import row_max
 from reference.rounding import round_to
 from reference.logits import scale_logits
+from reference.widen import widen_into
 
 F32 = np.float32
 FLT_MAX = np.finfo(np.float32).max
@@ -80,20 +81,37 @@ def _key_blocks(x: np.ndarray, axis: int, first: int, stride: int, n_act: int, b
     The caller checks that the last block ends inside the axis; a view instead of np.take
     saves a gathered copy per tile (and take is slow on the transposed layouts of trans_k/v).
     """
+    lead = (slice(None),) * axis
+    if first + n_act * stride <= x.shape[axis]:
+        # The same view by slicing and splitting the axis: a few microseconds less than
+        # as_strided, once per tile and tensor.
+        window = x[lead + (slice(first, first + n_act * stride),)]
+        split = window.reshape(x.shape[:axis] + (n_act, stride) + x.shape[axis + 1:])
+        return split[lead + (slice(None), slice(0, block_n))]
     step = x.strides[axis]
-    start = x[(slice(None),) * axis + (slice(first, None),)]
+    start = x[lead + (slice(first, None),)]
     shape = x.shape[:axis] + (n_act, block_n) + x.shape[axis + 1:]
     strides = x.strides[:axis] + (stride * step, step) + x.strides[axis + 1:]
     return as_strided(start, shape, strides, writeable=False)
 
 
-def _gather_keys(work: Workspace, name: str, x: np.ndarray, index: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Rows `index` of x [bc, hc, Sk, d] as f32 [bc, hc, n_act, block_n, d], in a reused buffer."""
-    picked = work.take(name + "_raw", x.shape[:2] + (len(index), x.shape[3]), x.dtype)
-    np.take(x, index, axis=2, out=picked)
-    tile = work.take(name, shape, F32)
-    tile.reshape(picked.shape)[...] = picked
-    return tile
+def _ragged_blocks(dst: np.ndarray, x: np.ndarray, axis: int, first: int, stride: int, n_act: int,
+                   block_n: int) -> np.ndarray:
+    """dst = _key_blocks(x, ...) when the last block runs past the end of the key axis: its keys
+    from the end on repeat the last key (they are masked; a clamped index gathered the same).
+
+    Only the last block can: every other one ends before the block holding the last valid key.
+    Copied in slices instead of gathered through an index array, at the cost of a plain copy.
+    """
+    sk = x.shape[axis]
+    lead = (slice(None),) * axis
+    full = n_act - 1
+    if full:
+        dst[lead + (slice(0, full),)] = _key_blocks(x, axis, first, stride, full, block_n)
+    start = first + full * stride
+    dst[lead + (full, slice(0, sk - start))] = x[lead + (slice(start, sk),)]
+    dst[lead + (full, slice(sk - start, None))] = x[lead + (slice(sk - 1, sk),)]
+    return dst
 
 
 def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 32,
@@ -110,18 +128,29 @@ def split_partials(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int =
         o_partials = np.empty((S, c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v), dtype=F32)
     if lse_partials is None:
         lse_partials = np.empty((S, c.g, c.num_heads_q, c.seq_len_q), dtype=F32)
-    for piece, o, lse, _, _ in split_pieces(c, inputs, block_n, defects, p_dtype, budget=budget):
-        scatter_splits(o_partials, piece, hkv, o)
-        scatter_splits(lse_partials, piece, hkv, lse)
+    for part in split_pieces(c, inputs, block_n, defects, p_dtype, budget=budget):
+        scatter_splits(o_partials, part.piece, hkv, part.o)
+        scatter_splits(lse_partials, part.piece, hkv, part.lse)
     return o_partials, lse_partials
+
+
+class PiecePartials(NamedTuple):
+    """What split_pieces yields for one piece; R are its grouped rows (reference/chunks.py)."""
+
+    piece: Piece
+    o: np.ndarray               # [bc, hc, S, R, Dv] f32
+    lse: np.ndarray             # [bc, hc, S, R] f32
+    used: int                   # splits from `used` on hold no block of this piece
+    o_in_place: bool = False    # o is a view of split_pieces' o_dest (nothing to scatter)
+    o_mag: np.ndarray | None = None     # [bc, hc, S, R, Dv] |V| partials (magnitude, split_kv > 1)
+    mag_rows: np.ndarray | None = None  # [bc, hc, used, R] their row maxima (magnitude)
 
 
 def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 32,
                  defects: frozenset[str] = frozenset(), p_dtype: np.dtype | None = None,
                  magnitude: bool = False, budget: int = DEFAULT_BUDGET, fill_empty: bool = True,
-                 ) -> Iterator[tuple[Piece, np.ndarray, np.ndarray, np.ndarray | None, int]]:
-    """The partials piece by piece: (piece, O [bc, hc, S, R, Dv], LSE [bc, hc, S, R], |V| partials,
-    used), where splits from `used` on hold no block of this piece.
+                 o_dest: np.ndarray | None = None) -> Iterator[PiecePartials]:
+    """The partials piece by piece (PiecePartials).
 
     What one split kernel does per row: walk its blocks in order, keep a running max m, a
     running sum l and an unnormalised acc, and finally write acc / l and m + log l; empty
@@ -129,10 +158,14 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
     rounds P before P·V as a tensor-core kernel does (None: P stays f32, as in the reference).
     `defects` holds names of kernels.backend.DEFECTS; the reference passes none. `magnitude`
     also accumulates P·|V| with the same P (the row scales of the verifier), which costs one
-    matmul per tile instead of a second pass over Q·Kᵀ and the softmax. The arrays yielded are
-    scratch buffers, overwritten by the next piece. fill_empty=False leaves O of the splits from
-    `used` on unwritten, for a caller whose buffer already holds their value (0; NaN without
-    the zero-sum guard): with many splits and few keys they are most of the partials.
+    matmul per tile instead of a second pass over Q·Kᵀ and the softmax; the combine needs the
+    |V| partials themselves only with several splits, the row scales only their row maxima.
+    The arrays yielded are scratch buffers, overwritten by the next piece. fill_empty=False
+    leaves O of the splits from `used` on unwritten, for a caller whose buffer already holds
+    their value (0; NaN without the zero-sum guard): with many splits and few keys they are
+    most of the partials. o_dest [S, g, Hq, Sq, Dv] (contiguous f32): where a piece's grouped
+    rows are a view of it (chunks.split_rows_view), O accumulates there (o_in_place), which
+    saves the caller's scatter, a pass over every partial.
     """
     S, hkv, ratio = c.split_kv, c.num_heads_kv, c.gqa_ratio
     dv, sk = c.head_dim_v, c.seq_len_k
@@ -179,7 +212,10 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
             m.fill(-np.inf)
             l = work.take("l", (bc, hc, S, rows), F32)
             l.fill(0)
-            acc = work.take("acc", (bc, hc, S, rows, dv), F32)
+            acc = None if o_dest is None else split_rows_view(o_dest, piece, hkv)
+            o_in_place = acc is not None
+            if acc is None:
+                acc = work.take("acc", (bc, hc, S, rows, dv), F32)
             acc_mag = work.take("acc_mag", (bc, hc, S, rows, dv), F32) if magnitude else None
             if not guard_neginf:  # the guard lets the first tile skip the zeros (_accumulate)
                 for a in (acc, acc_mag) if acc_mag is not None else (acc,):
@@ -189,29 +225,32 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
                 n_act = min(S, -(-(nb - t) // bps))
                 if n_act <= 0:
                     break
-                keys = (np.arange(n_act)[:, None] * bps + t) * block_n + tile_keys  # [n_act, bn]
                 first, stride = t * block_n, bps * block_n
-                in_range = int(keys[-1, -1]) < sk
+                last_key = first + (n_act - 1) * stride + block_n - 1  # the largest key of the tile
+                in_range = last_key < sk
                 kt = work.take("k", (bc, hc, n_act, block_n, c.head_dim_qk), F32)
                 vt = work.take("v", (bc, hc, n_act, block_n, dv), F32)
-                if in_range:
-                    kt[...] = _key_blocks(k_piece, 2, first, stride, n_act, block_n)
-                    vt[...] = _key_blocks(v_piece, 2, first, stride, n_act, block_n)
-                else:  # the last block runs past the end: those keys are masked below
-                    gather = np.minimum(keys, sk - 1).ravel()
-                    kt = _gather_keys(work, "k", k_piece, gather, kt.shape)
-                    vt = _gather_keys(work, "v", v_piece, gather, vt.shape)
+                for tile, x, name in ((kt, k_piece, "k_raw"), (vt, v_piece, "v_raw")):
+                    if in_range:
+                        widen_into(_key_blocks(x, 2, first, stride, n_act, block_n), tile)
+                    elif x.dtype == F32:
+                        _ragged_blocks(tile, x, 2, first, stride, n_act, block_n)
+                    else:  # the last block runs past the end: those keys are masked below
+                        raw = work.take(name, tile.shape, x.dtype)
+                        widen_into(_ragged_blocks(raw, x, 2, first, stride, n_act, block_n), tile)
                 s = work.take("s", (bc, hc, n_act, rows, block_n), F32)
                 np.matmul(qs, np.swapaxes(kt, -1, -2), out=s)
                 scale_logits(s, i8, zero_point, quant_scale, scale)
                 if bias_piece is not None:
                     s6 = s.reshape(bc, hc, n_act, qc, ratio, block_n)
                     if in_range:
-                        bt = _key_blocks(bias_piece, 4, first, stride, n_act, block_n)
-                    else:
-                        bt = bias_piece[..., np.minimum(keys, sk - 1)]
-                    add_widened(s6, bt.transpose(0, 1, 4, 2, 3, 5), work)  # [bc, hc, n_act, qc, ratio, bn]
-                if int(keys.max()) > min_limit:
+                        bt = _key_blocks(bias_piece, 4, first, stride, n_act, block_n).transpose(0, 1, 4, 2, 3, 5)
+                    else:  # in s6's layout, so that add_widened widens it without another copy
+                        bt = work.take("bias_raw", s6.shape, bias.dtype)
+                        _ragged_blocks(bt.transpose(0, 1, 3, 4, 2, 5), bias_piece, 4, first, stride, n_act, block_n)
+                    add_widened(s6, bt, work)  # [bc, hc, n_act, qc, ratio, bn]
+                if last_key > min_limit:
+                    keys = (np.arange(n_act)[:, None] * bps + t) * block_n + tile_keys  # [n_act, bn]
                     hidden = keys[None, :, None, :] > limits[:, None, :, None]  # [bc, n_act, R, bn]
                     np.copyto(s, -np.inf, where=hidden[:, None])
 
@@ -236,17 +275,28 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
                 m[:, :, :n_act] = m_new
 
             empty = l[:, :, :used] == 0
+            any_empty = bool(empty.any())
+            l_used = np.where(empty, F32(1), l[:, :, :used]) if guard_zero_sum else l[:, :, :used]
+            mag_rows = None
+            if acc_mag is not None and guard_zero_sum:
+                # Division by l > 0 is monotonic, so the row maxima of acc / l are those of acc
+                # divided by l, bit for bit: with one split only they are needed, not acc / l.
+                mag_rows = np.divide(row_max(acc_mag[:, :, :used]), l_used)
+                if any_empty:
+                    mag_rows[empty] = F32(0)
+                if S == 1:
+                    acc_mag = None
             for a in (acc, acc_mag) if acc_mag is not None else (acc,):
                 a_used = a[:, :, :used]
-                if guard_zero_sum:  # a split with no visible key stores O = 0, LSE = -inf
-                    np.divide(a_used, np.where(empty, F32(1), l[:, :, :used])[..., None], out=a_used)
+                np.divide(a_used, l_used[..., None], out=a_used)
+                if guard_zero_sum and any_empty:  # a split with no visible key stores O = 0, LSE = -inf
                     np.copyto(a_used, F32(0), where=empty[..., None])
-                else:
-                    np.divide(a_used, l[:, :, :used][..., None], out=a_used)
                 if fill_empty:  # acc / l of a split without blocks: 0 / 1, or 0 / 0 unguarded
                     a[:, :, used:].fill(F32(0) if guard_zero_sum else F32(np.nan))
+            if acc_mag is not None and mag_rows is None:
+                mag_rows = row_max(acc_mag[:, :, :used])
             lse = np.where(l == 0, F32(-np.inf), m + np.log(l))
-            yield piece, acc, lse, acc_mag, used
+            yield PiecePartials(piece, acc, lse, used, o_in_place, acc_mag, mag_rows)
 
 
 def _accumulate(acc: np.ndarray, pv: np.ndarray, alpha: np.ndarray, first_tile: bool) -> None:
@@ -294,6 +344,23 @@ class MaskedWeights:
 
     def combine(self, o: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Σ_s w_s·O_s / Σ_s w_s over valid splits (0 where no weight); o [S, ..., Dv] -> f32."""
+        out = self._numerator(o, out)
+        np.divide(out, self.denom[..., None], out=out)
+        if not self.positive.all():
+            np.copyto(out, F32(0), where=~self.positive[..., None])
+        return out
+
+    def combine_row_max(self, o: np.ndarray) -> np.ndarray:
+        """row_max(combine(o)) for o >= 0 (|V| partials): the row maxima of the numerator divided
+        by the denominator, bit for bit (division by a positive number is monotonic), which
+        saves the division of every element."""
+        top = row_max(self._numerator(o))
+        np.divide(top, self.denom, out=top)
+        if not self.positive.all():
+            top[~self.positive] = F32(0)
+        return top
+
+    def _numerator(self, o: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
             out = np.empty(o.shape[1:], dtype=F32)
         out.fill(0)
@@ -303,9 +370,6 @@ class MaskedWeights:
             if s >= self.n_all:
                 np.copyto(tmp, F32(0), where=~self.is_valid[s][..., None])
             out += tmp
-        np.divide(out, self.denom[..., None], out=out)
-        if not self.positive.all():
-            np.copyto(out, F32(0), where=~self.positive[..., None])
         return out
 
 

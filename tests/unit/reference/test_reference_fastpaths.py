@@ -53,7 +53,11 @@ def naive_combine_masked(o_partials, lse_partials, valid):
     top_safe = np.where(top == -np.inf, F32(0), top)
     with np.errstate(divide="ignore"):
         weights = np.where(is_valid, np.exp(lse_v - top_safe), F32(0)).astype(F32)
-        denom = weights.sum(axis=0, dtype=F32)
+        # In split order, as the reference adds them: weights.sum(axis=0) sums pairwise when the
+        # rows are few (numpy then reduces along the split axis), another rounding.
+        denom = np.zeros(weights.shape[1:], dtype=F32)
+        for w in weights:
+            denom += w
         num = np.zeros(o_partials.shape[1:], dtype=F32)
         for s in range(S):
             num += np.where(is_valid[s][..., None], weights[s][..., None] * o_partials[s], F32(0))
