@@ -16,7 +16,7 @@ Every result is hashed on both sides: the input bytes, every array of the split-
 the low output, and the metrics (floats by their hex): the run fails unless all are equal. It
 also runs split_partials (what the cpu backend runs) with P rounded and with each kernel defect
 on both sides and compares those. BLAS is capped to one thread, as sweeps/threads.py does for
-the workers.
+the workers, and freed memory stays mapped as sweeps/heap.py has them keep it.
 """
 from __future__ import annotations
 
@@ -37,9 +37,11 @@ if __package__ in (None, ""):
     _here = Path(__file__).resolve().parent
     sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _here]
 
+from sweeps.heap import retain_freed_memory  # noqa: E402
 from sweeps.threads import cap_blas_threads  # noqa: E402  (before numpy is imported)
 
 cap_blas_threads()
+retain_freed_memory(1024)  # as the workers keep freed memory (core.settings heap_retain_mb)
 
 import numpy as np  # noqa: E402
 

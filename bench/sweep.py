@@ -295,6 +295,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path("sweep-bench.json"))
     args = parser.parse_args(argv)
     baseline_env = dict(args.baseline_env)
+    if "ATTNSWEEP_HEAP_RETAIN_MB" in baseline_env and args.jobs <= 1:
+        parser.error("--baseline-env ATTNSWEEP_HEAP_RETAIN_MB needs --jobs 2 or more: a process applies "
+                     "its heap setting once (sweeps/heap.py), and --jobs 1 runs every sweep in this one")
 
     tmp = tempfile.TemporaryDirectory(prefix="attnsweep-bench-")
     db_url = args.db or f"sqlite:///{tmp.name}/bench.db"

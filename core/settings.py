@@ -22,6 +22,9 @@ class Settings(BaseSettings):
     api_tokens: str = ""
     kernel_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "kernels")
     config_time_limit_s: float = 120.0
+    # Freed memory a computing process keeps mapped for its next config (sweeps/heap.py); 0
+    # leaves glibc's defaults.
+    heap_retain_mb: int = Field(default=1024, ge=0, le=2047)
 
     # --- service (API and workers) ---------------------------------------------------------
     # Prefix of the Celery queue names ("<prefix>cpu", "<prefix>gpu"): several deployments (or

@@ -18,7 +18,6 @@ from attnconfig import AttentionConfig
 from attnconfig.outcomes import METRIC_KEYS
 from reference.chunks import Workspace
 from reference.inputs import as_config
-from reference.reduce import row_max
 from reference.sliced import REL_FLOOR, TINY, BlockStats, compare_block, partial_rows
 from reference.sliced import row_denominator as _row_denominator
 from reference.splitkv import RowScales
@@ -76,37 +75,8 @@ class _Accumulator:
             row = diff.max(axis=-1) / _row_denominator(mag, row_scale)
             self.row_err = max(self.row_err, float(row.max()))
 
-    def add_finite(self, r: np.ndarray, o: np.ndarray, row_scale: np.ndarray | None = None) -> bool:
-        """add(r, o, use=everywhere) in a few in-place passes, when every element of r and o is
-        finite (the usual case: no masks to build). Returns False, having added nothing, when
-        one is not; r and o are scratch either way (overwritten)."""
-        if r.size == 0:
-            return True
-        mag = np.abs(o)
-        with np.errstate(invalid="ignore"):  # inf - inf: caught by the max_mag test below
-            diff = np.subtract(r, o, out=o)
-        np.abs(diff, out=diff)
-        abs_r = np.abs(r, out=r)
-        np.maximum(mag, abs_r, out=mag)
-        max_mag = float(mag.max())
-        if not np.isfinite(max_mag):  # a NaN or an inf in r or o: the masked path counts it
-            return False
-        flat = diff.reshape(-1)
-        self.sq_sum += float(np.dot(flat, flat))
-        self.count += diff.size
-        self.max_abs = max(self.max_abs, float(diff.max()))
-        self.max_mag = max(self.max_mag, max_mag)
-        zero_ref = abs_r == 0  # left out of max_rel
-        rel = np.divide(diff, np.maximum(abs_r, REL_FLOOR, out=abs_r), out=abs_r)
-        if zero_ref.any():
-            rel[zero_ref] = 0.0
-        self.max_rel = max(self.max_rel, float(rel.max()))
-        row = row_max(diff) / _row_denominator(mag, row_scale)
-        self.row_err = max(self.row_err, float(row.max()))
-        return True
-
     def add_block(self, block: BlockStats) -> None:
-        """What add_finite adds for a finite block, from sliced.compare_block."""
+        """add(r, o, use=everywhere) for a finite block, as sliced.compare_block summed it."""
         self.sq_sum += block.sq_sum
         self.count += block.count
         self.max_abs = max(self.max_abs, block.max_abs)
@@ -178,8 +148,11 @@ def lse_metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, float | int]:
     _check_shapes(ref, out)
     acc = _Accumulator()
     nonfinite = inf_mismatch = 0
+    work = Workspace()
     for r_raw, o_raw in _row_blocks(np.asarray(ref), out):
-        if acc.add_finite(_cast_ref(r_raw, out), o_raw.astype(np.float64)):
+        block, _ = compare_block(r_raw, o_raw, None, None, out.dtype, True, work)
+        if block is not None:
+            acc.add_block(block)
             continue
         r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
         r_fin, o_fin = np.isfinite(r), np.isfinite(o)

@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from attnconfig import parse_config
+from core.settings import Settings
 from kernels import get_backend
 from kernels.backend import Backend
 from kernels.devices import pin_gpu
@@ -34,6 +35,7 @@ from reference import make_inputs
 from store import repo
 from store.db import session_scope
 from sweeps.filters import host_cost
+from sweeps.heap import retain_freed_memory
 from sweeps.result import ConfigResult
 from sweeps.runner import run_config
 from sweeps.threads import cap_blas_threads
@@ -50,6 +52,8 @@ def _init_worker(backend_name: str, defects: frozenset[str], gpus: tuple[int, ..
     if environ is not None:  # the parent's environment now, not the fork server's at its start
         os.environ.clear()
         os.environ.update(environ)
+    # Read now, not from get_settings' cache: the environment may have changed since.
+    retain_freed_memory(Settings().heap_retain_mb)
     if gpus:
         with counter.get_lock():
             slot = counter.value

@@ -24,6 +24,7 @@ from kernels.backend import Backend
 from kernels.source import KernelSource
 from store import repo
 from store.db import session_scope
+from sweeps.heap import retain_freed_memory
 from sweeps.policy import gates_for
 from sweeps.result import ConfigResult, reproducer_command
 from sweeps.runner import run_config
@@ -153,6 +154,7 @@ def execute_batch(
 
     Returns counts of outcomes, plus "skipped" for configs already recorded or cancelled.
     """
+    retain_freed_memory(settings.heap_retain_mb)
     url = settings.database_url
     defects = frozenset(defects)
     counts: Counter[str] = Counter()

@@ -24,7 +24,7 @@ from reference.metrics import _Accumulator, _cast_ref, _row_blocks, _rows_per_bl
 from reference.reduce import row_max
 from reference.rounding import narrow_f64, round_to
 from reference.splits import MaskedWeights
-from reference.metrics import _row_denominator
+from tests.unit.reference.naive import add_finite, naive_partial_metrics
 from reference.widen import widen_into
 
 F32 = np.float32
@@ -116,13 +116,13 @@ def test_narrow_f64_float16_with_a_value_it_cannot_round(special):
 # --- verifier metrics ----------------------------------------------------------------------
 
 def blockwise_tensor_metrics(ref, out, row_scale=None):
-    """tensor_metrics as it was: whole blocks through _Accumulator.add_finite or the masked path."""
+    """tensor_metrics as it was: whole blocks through naive.add_finite or the masked path."""
     acc, nonfinite = _Accumulator(), 0
     scales = None if row_scale is None else np.asarray(row_scale).reshape(-1)
     step = _rows_per_block(np.shape(out))
     for i, (r_raw, o_raw) in enumerate(_row_blocks(np.asarray(ref), out)):
         scale = None if scales is None else scales[i * step:(i + 1) * step].astype(np.float64)
-        if acc.add_finite(_cast_ref(r_raw, out), o_raw.astype(np.float64), scale):
+        if add_finite(acc, _cast_ref(r_raw, out), o_raw.astype(np.float64), scale):
             continue
         r, o = _cast_ref(r_raw, out), o_raw.astype(np.float64)
         r_fin, o_fin = np.isfinite(r), np.isfinite(o)
@@ -195,34 +195,6 @@ def test_sliced_output_metrics_equal_the_blockwise_ones(monkeypatch, damage, out
             assert fused == want
             want_ratio = blockwise_err_ratio(ref, out, low)
             assert ratio == want_ratio and err_ratio(ref, out, low) == want_ratio
-
-
-def naive_partial_metrics(ref_o, ref_lse, valid, o_partials, lse_partials, scale):
-    """partial_metrics as first written (test_reference_fastpaths.py's): every split and row in
-    float64, under masks."""
-    S, n_rows, dv = ref_lse.shape[0], valid.size, ref_o.shape[-1]
-    valid_flat = valid.reshape(n_rows)
-    row_err = lse_max_abs = 0.0
-    invalid_bad = nonfinite = 0
-    for s in range(S):
-        is_valid = s < valid_flat
-        r = ref_o[s].reshape(n_rows, dv).astype(np.float64)
-        o = o_partials[s].reshape(n_rows, dv).astype(np.float64)
-        nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & np.isfinite(r)).sum())
-        use = np.isfinite(r) & np.isfinite(o) & is_valid[:, None]
-        diff = np.where(use, np.abs(np.where(use, r, 0) - np.where(use, o, 0)), 0.0)
-        mag = np.where(use, np.maximum(np.abs(r), np.abs(o)), 0.0)
-        row_err = max(row_err, float((diff.max(axis=-1) / _row_denominator(mag, scale[s].reshape(n_rows))).max()))
-        bad = ~np.all(o == 0, axis=-1)
-        rl = ref_lse[s].reshape(n_rows).astype(np.float64)
-        ol = lse_partials[s].reshape(n_rows).astype(np.float64)
-        nonfinite += int(np.isnan(ol).sum() + (np.isinf(ol) & np.isfinite(rl)).sum())
-        use_l = np.isfinite(rl) & np.isfinite(ol) & is_valid
-        if use_l.any():
-            lse_max_abs = max(lse_max_abs, float(np.abs(rl[use_l] - ol[use_l]).max()))
-        bad |= ol != -np.inf
-        invalid_bad += int((bad & ~is_valid).sum())
-    return {"row_err": row_err, "lse_max_abs": lse_max_abs, "invalid_bad": invalid_bad, "nonfinite": nonfinite}
 
 
 @pytest.mark.parametrize("damage", ["none", "nan_valid", "inf_lse", "nonzero_invalid"])

@@ -20,7 +20,10 @@ from reference import (
     tensor_metrics,
     valid_splits,
 )
-from reference.metrics import _Accumulator, _row_denominator
+from reference.chunks import Workspace
+from reference.metrics import _Accumulator
+from reference.sliced import compare_block
+from tests.unit.reference.naive import naive_partial_metrics
 
 F32 = np.float32
 
@@ -114,42 +117,16 @@ def test_finite_fast_path_matches_the_masked_path(dtype):
     scale = np.abs(rng.standard_normal(30))
     slow = _masked_only(ref, out, scale)
     fast = _Accumulator()
-    assert fast.add_finite(ref.astype(dtype).astype(np.float64), out.astype(np.float64), scale)
+    block, _ = compare_block(ref, out, None, scale, out.dtype, True, Workspace())
+    fast.add_block(block)
     for key in ("count", "max_abs", "max_mag", "max_rel", "row_err"):
         assert getattr(fast, key) == getattr(slow, key), key
     assert fast.sq_sum == pytest.approx(slow.sq_sum, rel=1e-12)
     bad = out.copy()
     bad[2, 2] = np.inf
-    assert not _Accumulator().add_finite(ref.astype(np.float64), bad.astype(np.float64))
+    assert compare_block(ref, bad, None, scale, bad.dtype, True, Workspace())[0] is None
     m = tensor_metrics(ref, bad)
     assert m["nonfinite"] == 1 and np.isfinite(m["rms"])
-
-
-def naive_partial_metrics(ref_o, ref_lse, valid, o_partials, lse_partials, scale):
-    """partial_metrics as first written: every split and row in float64, under masks."""
-    S, n_rows, dv = ref_lse.shape[0], valid.size, ref_o.shape[-1]
-    valid_flat = valid.reshape(n_rows)
-    row_err = lse_max_abs = 0.0
-    invalid_bad = nonfinite = 0
-    for s in range(S):
-        is_valid = s < valid_flat
-        r = ref_o[s].reshape(n_rows, dv).astype(np.float64)
-        o = o_partials[s].reshape(n_rows, dv).astype(np.float64)
-        nonfinite += int(np.isnan(o).sum() + (np.isinf(o) & np.isfinite(r)).sum())
-        use = np.isfinite(r) & np.isfinite(o) & is_valid[:, None]
-        diff = np.where(use, np.abs(np.where(use, r, 0) - np.where(use, o, 0)), 0.0)
-        mag = np.where(use, np.maximum(np.abs(r), np.abs(o)), 0.0)
-        row_err = max(row_err, float((diff.max(axis=-1) / _row_denominator(mag, scale[s].reshape(n_rows))).max()))
-        bad = ~np.all(o == 0, axis=-1)
-        rl = ref_lse[s].reshape(n_rows).astype(np.float64)
-        ol = lse_partials[s].reshape(n_rows).astype(np.float64)
-        nonfinite += int(np.isnan(ol).sum() + (np.isinf(ol) & np.isfinite(rl)).sum())
-        use_l = np.isfinite(rl) & np.isfinite(ol) & is_valid
-        if use_l.any():
-            lse_max_abs = max(lse_max_abs, float(np.abs(rl[use_l] - ol[use_l]).max()))
-        bad |= ol != -np.inf
-        invalid_bad += int((bad & ~is_valid).sum())
-    return {"row_err": row_err, "lse_max_abs": lse_max_abs, "invalid_bad": invalid_bad, "nonfinite": nonfinite}
 
 
 @pytest.mark.parametrize("damage", ["none", "nan_valid", "nan_invalid", "nonzero_invalid", "inf_lse",
