@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     # Freed memory a computing process keeps mapped for its next config (sweeps/heap.py); 0
     # leaves glibc's defaults.
     heap_retain_mb: int = Field(default=1024, ge=0, le=2047)
+    # A GPU backend's copies and kernel run in a thread while the host computes the reference
+    # (sweeps/runner.py); false runs them one after the other.
+    overlap_device: bool = True
 
     # --- service (API and workers) ---------------------------------------------------------
     # Prefix of the Celery queue names ("<prefix>cpu", "<prefix>gpu"): several deployments (or

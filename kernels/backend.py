@@ -97,6 +97,9 @@ class Backend(abc.ABC):
     """One kernel runtime. Subclasses import their runtime lazily (in __init__ or later)."""
 
     name: str = "abstract"
+    #: run() mostly waits on a device (copies, the kernel) instead of computing on this host's
+    #: CPU, so sweeps.runner runs it in a thread beside the host reference
+    waits_on_device: bool = False
 
     def __init__(self, defects: frozenset[str] = frozenset()):
         unknown = set(defects) - set(DEFECTS)

@@ -482,6 +482,7 @@ class Compiled:
 class DeviceBackend(Backend, abc.ABC):
     """The runtime-neutral GPU backend; subclasses implement the `_rt_*` runtime calls."""
 
+    waits_on_device = True
     #: arch string for the cache key (sm_90, gfx942...); set by the subclass constructor
     arch: str = ""
     #: a source bundle to compile instead of the local kernels/src; set by the subclass constructor

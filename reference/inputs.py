@@ -46,7 +46,8 @@ def softmax_scale(c: AttentionConfig) -> float:
 
 
 def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
-    """q, k, v (and bias, quant_scale, quant_zero_point where they apply), logical layouts."""
+    """q, k, v (and bias, quant_scale, quant_zero_point where they apply), logical layouts;
+    the arrays are read-only."""
     c = as_config(config)
     rng = np.random.default_rng(c.data_seed)
     g, hq, hkv, sq, sk = c.g, c.num_heads_q, c.num_heads_kv, c.seq_len_q, c.seq_len_k
@@ -80,4 +81,9 @@ def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
     if c.dtype == "i8":
         out["quant_zero_point"] = int(rng.integers(-4, 4, endpoint=True))
         out["quant_scale"] = 1.0 / (8.0 * math.sqrt(c.head_dim_qk))
+    # Read by a device thread and the host reference at once (sweeps/runner.py): a write into
+    # them would be a bug, so it raises.
+    for name in ("q", "k", "v", "bias"):
+        if name in out:
+            out[name].flags.writeable = False
     return out

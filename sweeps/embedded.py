@@ -44,16 +44,19 @@ STORE_BATCH_MAX = 64  # results in one transaction at most
 _backend: Future[Backend] | None = None
 _worker = "embedded"
 _ready_at = 0.0
+_overlap: bool | None = None  # run_config's overlap: None lets the backend decide, False never
 
 
 def _init_worker(backend_name: str, defects: frozenset[str], gpus: tuple[int, ...] = (), counter=None,  # noqa: ANN001
                  environ: dict[str, str] | None = None) -> None:
-    global _backend, _worker, _ready_at
+    global _backend, _worker, _ready_at, _overlap
     if environ is not None:  # the parent's environment now, not the fork server's at its start
         os.environ.clear()
         os.environ.update(environ)
     # Read now, not from get_settings' cache: the environment may have changed since.
-    retain_freed_memory(Settings().heap_retain_mb)
+    settings = Settings()
+    retain_freed_memory(settings.heap_retain_mb)
+    _overlap = None if settings.overlap_device else False
     if gpus:
         with counter.get_lock():
             slot = counter.value
@@ -83,7 +86,7 @@ def _run_one(config_json: dict) -> tuple[ConfigResult, str]:
         drawn = (inputs, time.perf_counter() - t0)
     # A backend that failed to load raises here, in the task: the sweep fails with its error
     # (in a pool initializer it would restart the process forever).
-    result = run_config(config, _backend.result(), drawn=drawn)
+    result = run_config(config, _backend.result(), drawn=drawn, overlap=_overlap)
     # Not stored: epoch times that line up the pool's processes (bench/sweep.py shows where a
     # pool idles: starting, between configs, in the tail).
     result.timings.update(pid=float(os.getpid()), ready_at=_ready_at, began_at=began)

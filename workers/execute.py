@@ -134,7 +134,7 @@ def run_one(config: AttentionConfig, backend_name: str, defects: frozenset[str],
 
     try:
         with time_limit(limit, settings.config_time_grace_s, hard_timeout):
-            return run_config(config, backend, gates)
+            return run_config(config, backend, gates, overlap=None if settings.overlap_device else False)
     except ConfigTimeLimitExceeded as exc:
         BACKENDS.drop(backend_name, defects, source)
         return unrun_result(config, backend, backend_name, gates, "timeout", str(exc), time.perf_counter() - t0)

@@ -447,7 +447,7 @@ def _to_torch(x: np.ndarray, device: str):
 
     if x.dtype == ml_dtypes.bfloat16:
         return torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16).to(device)
-    return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+    return torch.from_numpy(np.array(x)).to(device)  # a writable copy: make_inputs hands out read-only arrays
 
 
 def sdpa_reference(c: AttentionConfig, inputs: dict) -> np.ndarray:

@@ -244,6 +244,7 @@ def _config(fields, seed):
 
 def _masked_row(c, inputs):
     if c.with_attn_bias:  # a fully masked row, as only a -inf bias makes one
+        inputs["bias"] = inputs["bias"].copy()  # make_inputs hands out read-only arrays
         inputs["bias"][0, 0, 0, :] = -np.inf
     return inputs
 

@@ -101,6 +101,7 @@ def test_chunking_does_not_change_the_result(budget):
 def test_fully_masked_row_by_neg_inf_bias_gives_zero_and_neg_inf(dtype):
     c = cfg(dtype=dtype, with_attn_bias=True)
     inputs = make_inputs(c)
+    inputs["bias"] = inputs["bias"].copy()  # make_inputs hands out read-only arrays
     inputs["bias"][1, 3, 4, :] = -np.inf
     out, lse = attention_exact(c, inputs)
     assert not np.isnan(out).any() and not np.isnan(lse).any()

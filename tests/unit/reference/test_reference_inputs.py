@@ -95,3 +95,12 @@ def test_chunked_draw_is_the_one_shot_draw(dtype, storage):
                        ("bias", (1, 2, 700, 1500))):
         expected = rng.standard_normal(shape).astype(storage)
         assert inputs[key].tobytes() == expected.tobytes(), key
+
+
+@pytest.mark.parametrize("dtype", ["f16", "i8"])
+def test_inputs_are_read_only(dtype):
+    # A device thread copies them while the host reference reads them (sweeps/runner.py).
+    inputs = make_inputs(cfg(dtype=dtype, with_attn_bias=True))
+    for key in ("q", "k", "v", "bias"):
+        with pytest.raises(ValueError, match="read-only"):
+            inputs[key][(0,) * inputs[key].ndim] = 1
