@@ -24,7 +24,7 @@ import multiprocessing as mp
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from attnconfig import parse_config
 from core.settings import Settings
@@ -44,19 +44,31 @@ STORE_BATCH_MAX = 64  # results in one transaction at most
 _backend: Future[Backend] | None = None
 _worker = "embedded"
 _ready_at = 0.0
-_overlap: bool | None = None  # run_config's overlap: None lets the backend decide, False never
+_overlap: bool | None = None
 
 
-def _init_worker(backend_name: str, defects: frozenset[str], gpus: tuple[int, ...] = (), counter=None,  # noqa: ANN001
-                 environ: dict[str, str] | None = None) -> None:
+class ProcessSettings(NamedTuple):
+    """What a computing process takes from core.settings, read in the parent: a setting that
+    does not validate fails the sweep there, where in a pool's initializer it would restart the
+    process forever."""
+
+    heap_retain_mb: int
+    overlap: bool | None  # run_config's overlap: None lets the backend decide, False never
+
+    @classmethod
+    def now(cls) -> "ProcessSettings":
+        settings = Settings()  # not get_settings' cache: the environment may have changed since
+        return cls(settings.heap_retain_mb, None if settings.overlap_device else False)
+
+
+def _init_worker(backend_name: str, defects: frozenset[str], process: ProcessSettings, gpus: tuple[int, ...] = (),
+                 counter=None, environ: dict[str, str] | None = None) -> None:  # noqa: ANN001
     global _backend, _worker, _ready_at, _overlap
     if environ is not None:  # the parent's environment now, not the fork server's at its start
         os.environ.clear()
         os.environ.update(environ)
-    # Read now, not from get_settings' cache: the environment may have changed since.
-    settings = Settings()
-    retain_freed_memory(settings.heap_retain_mb)
-    _overlap = None if settings.overlap_device else False
+    retain_freed_memory(process.heap_retain_mb)
+    _overlap = process.overlap
     if gpus:
         with counter.get_lock():
             slot = counter.value
@@ -127,8 +139,9 @@ def largest_first(todo: list[dict]) -> list[dict]:
 def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs: int,
              gpus: tuple[int, ...] = ()) -> Iterator[list[tuple[ConfigResult, str]]]:
     """Batches of (result, worker name): each holds the results that were in when it was taken."""
+    process = ProcessSettings.now()
     if jobs <= 1 and not gpus:
-        _init_worker(backend_name, defects)
+        _init_worker(backend_name, defects, process)
         for cfg in todo:
             yield [_run_one(cfg)]
         return
@@ -138,7 +151,7 @@ def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs:
     todo = largest_first(todo)
     ctx = _pool_context()
     counter = ctx.Value("i", 0)
-    initargs = (backend_name, defects, tuple(gpus), counter, dict(os.environ))
+    initargs = (backend_name, defects, process, tuple(gpus), counter, dict(os.environ))
     with ctx.Pool(jobs, initializer=_init_worker, initargs=initargs) as pool:
         results = pool.imap_unordered(_run_one, todo, chunksize=1)
         for first in results:

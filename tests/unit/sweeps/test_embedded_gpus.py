@@ -29,7 +29,7 @@ def test_processes_are_dealt_round_robin_and_pinned_through_the_parents_mask(cle
     for _ in range(4):  # what four pool processes do in turn, each in a fresh environment
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
         monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
-        embedded._init_worker("cpu", frozenset(), (0, 1), counter)
+        embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings(0, None), (0, 1), counter)
         seen.append((embedded._worker, os.environ["CUDA_VISIBLE_DEVICES"], os.environ["HIP_VISIBLE_DEVICES"]))
     assert seen == [("embedded-gpu4", "4", "4"), ("embedded-gpu5", "5", "5")] * 2
 
@@ -38,7 +38,7 @@ def test_entries_sharing_a_gpu_are_told_apart(clean_worker_state):
     counter = mp.Value("i", 0)
     names = []
     for _ in range(2):
-        embedded._init_worker("cpu", frozenset(), (0, 0), counter)
+        embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings(0, None), (0, 0), counter)
         names.append(embedded._worker)
     assert names == ["embedded-gpu0.0", "embedded-gpu0.1"]
 

@@ -121,11 +121,35 @@ def test_the_setting_reaches_the_embedded_workers(monkeypatch):
     import sweeps.embedded as embedded
 
     monkeypatch.setenv("ATTNSWEEP_OVERLAP_DEVICE", "0")
-    embedded._init_worker("cpu", frozenset())
+    embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings.now())
     assert embedded._overlap is False
     monkeypatch.delenv("ATTNSWEEP_OVERLAP_DEVICE")
-    embedded._init_worker("cpu", frozenset())
+    embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings.now())
     assert embedded._overlap is None   # the backend decides: a GPU one overlaps
+
+
+@pytest.mark.timeout(120)
+def test_a_bad_process_setting_fails_the_sweep_in_the_parent(sqlite_url, monkeypatch):
+    # Read in a pool's initializer, it would fail there and the pool would start the process
+    # again, forever.
+    from pydantic import ValidationError
+
+    from store import repo
+    from store.db import session_scope
+    from store.migrate import upgrade
+    from sweeps.embedded import execute_sweep
+    from sweeps.plan import plan_sweep
+    from sweeps.spec import SweepSpec
+
+    upgrade(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        sweep_id, _ = plan_sweep(s, SweepSpec(samples=2, seed=3, backend="cpu"), device_total_memory=None, device=None)
+    monkeypatch.setenv("ATTNSWEEP_HEAP_RETAIN_MB", "4096")
+    with pytest.raises(ValidationError, match="heap_retain_mb"):
+        execute_sweep(sqlite_url, sweep_id, "cpu", jobs=2)
+    with session_scope(sqlite_url) as s:
+        assert repo.sweep_status(s, sweep_id) == "failed"
+        assert len(repo.queued_configs(s, sweep_id)) == 2   # nothing ran, nothing lost
 
 
 def test_bench_counts_what_the_worker_waited_for_an_overlapped_run():
