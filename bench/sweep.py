@@ -140,7 +140,25 @@ def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_m
                 os.environ[name] = value
     summary = summarize(results, wall, jobs, sweep_id, warmup)
     summary["pool_idle"] = pool_idle(results, epoch0, wall)
+    summary["memory"] = process_memory(results)
     return summary
+
+
+def process_memory(results: list[ConfigResult]) -> dict | None:
+    """Per worker process: its peak resident memory, and the most it held between configs
+    (after a config's arrays were freed: what sweeps/heap.py keeps). MiB; sums over processes."""
+    peak: dict[float, float] = {}
+    held: dict[float, float] = {}
+    for r in results:
+        pid = r.timings.get("pid")
+        if pid is None or "rss_mb" not in r.timings:
+            continue
+        peak[pid] = max(peak.get(pid, 0.0), r.timings["rss_peak_mb"])
+        held[pid] = max(held.get(pid, 0.0), r.timings["rss_mb"])
+    if not peak:
+        return None
+    return {"processes": len(peak), "peak_max_mb": max(peak.values()), "peak_sum_mb": sum(peak.values()),
+            "between_max_mb": max(held.values()), "between_sum_mb": sum(held.values())}
 
 
 def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int, warmup: dict | None) -> dict:
@@ -265,6 +283,11 @@ def print_run(name: str, summary: dict) -> None:
         print(f"  last to finish: began {end['began_s']:.1f} s in, ran {end['total_s']:.2f} s, "
               f"host_cost rank {end['host_cost_rank']} of {summary['configs']}; the sweep returned "
               f"{summary['wall_s'] - done:.1f} s after it (the parent storing what was left, the pool's shutdown)")
+    mem = summary.get("memory")
+    if mem:
+        print(f"  resident memory per process (MiB): peak up to {mem['peak_max_mb']:.0f} ({mem['peak_sum_mb'] / 1024:.1f} GiB "
+              f"summed over {mem['processes']}); between configs up to {mem['between_max_mb']:.0f} "
+              f"({mem['between_sum_mb'] / 1024:.1f} GiB summed)")
     if summary["prewarm"]:
         w = summary["prewarm"]
         print(f"  (compile cache warmed first, not timed: {w['variants']} variants, {w['wall_s']:.1f} s)")

@@ -100,9 +100,23 @@ def _run_one(config_json: dict) -> tuple[ConfigResult, str]:
     # (in a pool initializer it would restart the process forever).
     result = run_config(config, _backend.result(), drawn=drawn, overlap=_overlap)
     # Not stored: epoch times that line up the pool's processes (bench/sweep.py shows where a
-    # pool idles: starting, between configs, in the tail).
-    result.timings.update(pid=float(os.getpid()), ready_at=_ready_at, began_at=began)
+    # pool idles: starting, between configs, in the tail), and the process's memory: its peak,
+    # and what stays resident once the config's arrays are freed (sweeps/heap.py keeps some).
+    result.timings.update(pid=float(os.getpid()), ready_at=_ready_at, began_at=began, **_memory_mb())
     return result, _worker
+
+
+def _memory_mb() -> dict[str, float]:
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        now = resident / 2**20
+        # The kernel's high-water mark trails the resident count by its per-thread caches.
+        return {"rss_peak_mb": max(now, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "rss_mb": now}
+    except (ImportError, OSError):  # not Linux
+        return {}
 
 
 def _pool_context() -> mp.context.BaseContext:

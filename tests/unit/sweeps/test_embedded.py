@@ -41,6 +41,27 @@ def test_bench_sweep_runs_warm_and_cold_on_cpu(tmp_path, monkeypatch):
         assert set(saved[run]["phases_s"]) >= {"compile", "inputs", "transfers+kernel", "reference", "verify", "store"}
     assert saved["warm"]["outcomes"] == saved["cold"]["outcomes"]
     assert summary["warm_over_cold"] > 0
+    mem = saved["warm"]["memory"]
+    assert mem["processes"] == 1 and mem["peak_max_mb"] >= mem["between_max_mb"] > 10
+
+
+def test_bench_memory_takes_each_process_at_its_most():
+    from attnconfig import parse_config
+    from bench.sweep import process_memory
+    from sweeps.result import ConfigResult
+
+    c = parse_config(dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=64, num_heads_q=2, num_heads_kv=1,
+                          head_dim_qk=8, head_dim_v=8))
+
+    def result(pid, peak, now):  # noqa: ANN001, ANN202
+        r = ConfigResult(config=c, outcome="pass", gates={}, backend="cpu", device="cpu")
+        r.timings.update(pid=pid, rss_peak_mb=peak, rss_mb=now)
+        return r
+
+    mem = process_memory([result(1.0, 500, 100), result(1.0, 900, 300), result(2.0, 400, 350), result(2.0, 450, 120)])
+    assert mem == {"processes": 2, "peak_max_mb": 900, "peak_sum_mb": 1350,
+                   "between_max_mb": 350, "between_sum_mb": 650}
+    assert process_memory([ConfigResult(config=c, outcome="pass", gates={}, backend="cpu", device="cpu")]) is None
 
 
 def test_bench_sweep_baseline_runs_between_two_warm_runs_with_its_environment(tmp_path, monkeypatch):
