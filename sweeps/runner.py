@@ -5,10 +5,10 @@ retries and storage stay outside it. Failures of the config come back as an outc
 failures of the system (a bug, a broken install) propagate.
 
 On a GPU backend the copies and the kernel run in a thread of their own while this thread
-computes the host reference: the driver calls wait outside the GIL (on the copies, on the
-kernel, on a device shared by every process of the host), and numpy computes outside it. The
-result is the same either way; only the time differs (timings: run_wall_s is the device
-thread's own time, run_wait_s what this thread waited for it after the reference).
+computes the host reference: cuda-bindings waits outside the GIL in every driver call (on the
+copies, on the kernel, on a device shared by every process of the host), and numpy computes
+outside it. The result is the same either way; only the time differs (timings: run_wall_s is
+the device thread's own time, run_wait_s what this thread waited for it after the reference).
 """
 from __future__ import annotations
 
