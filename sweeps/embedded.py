@@ -99,6 +99,7 @@ def _run_one(config_json: dict) -> tuple[ConfigResult, str]:
     # A backend that failed to load raises here, in the task: the sweep fails with its error
     # (in a pool initializer it would restart the process forever).
     result = run_config(config, _backend.result(), drawn=drawn, overlap=_overlap)
+    drawn = None  # freed before the memory below is read
     # Not stored: epoch times that line up the pool's processes (bench/sweep.py shows where a
     # pool idles: starting, between configs, in the tail), and the process's memory: its peak,
     # and what stays resident once the config's arrays are freed (sweeps/heap.py keeps some).

@@ -3,13 +3,14 @@
 Every config allocates its inputs, the reference's arrays and the outputs afresh, hundreds of
 megabytes for a large one. glibc serves blocks over its mmap threshold (at most 32 MiB) with
 mmap and unmaps them on free, and trims the heap top down to 128 KiB; the next config's
-arrays then take a page fault per page and the kernel zeroes each page first. On a sweep's
-host side that is about a tenth of the time (bench/sweep.py --baseline-env
-ATTNSWEEP_HEAP_RETAIN_MB=0 prints the ratio). With mmap off, and a trim threshold and top pad
-of `retain` bytes, big blocks come from the heap, and of the freed heap top the first `retain`
-bytes stay mapped for the next config while the rest goes back to the system. A process's
-setting holds for its life. Python's own small-object arenas
-do not go through malloc and are not affected.
+arrays then take a page fault per page and the kernel zeroes each page first. Kept instead, a
+cpu-backend sweep ran 1.17-1.22x faster (bench/sweep.py --baseline-env
+ATTNSWEEP_HEAP_RETAIN_MB=0 prints the ratio, and the memory it costs).
+
+With mmap off, and a trim threshold and top pad of `retain` bytes, big blocks come from the
+heap, and of the freed heap top the first `retain` bytes stay mapped for the next config while
+the rest goes back to the system. A process's setting holds for its life. Python's own
+small-object arenas do not go through malloc and are not affected.
 
 glibc only (mallopt); elsewhere nothing changes.
 """
