@@ -168,10 +168,9 @@ def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int
     worker_s = total("total_s")
     busy_s = worker_s + total("store_s")
     phases = {label: total(key) for label, key in PHASES}
+    phases["transfers+kernel"] = float(sum(r.timings.get("run_wait_s", r.timings.get("run_wall_s")) or 0.0
+                                           for r in results))
     overlapped = [r for r in results if "run_wait_s" in r.timings]
-    if overlapped:
-        phases["transfers+kernel"] = float(sum(r.timings.get("run_wait_s", r.timings.get("run_wall_s")) or 0.0
-                                               for r in results))
     phases["other (runner)"] = max(0.0, worker_s - sum(v for k, v in phases.items() if k != "store"))
     inside = {label.strip(): total(key) for label, key in INSIDE_RUN}
     if overlapped:
