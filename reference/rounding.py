@@ -36,7 +36,12 @@ def round_to(x: np.ndarray, dtype: np.dtype, out: np.ndarray | None = None) -> n
         out = np.empty_like(x)
     if dtype == np.float16:
         return _round_f16(x, out)
-    if dtype == np.dtype(ml_dtypes.bfloat16) or dtype.itemsize < x.dtype.itemsize:
+    if dtype == _BF16 and x.dtype == np.float64:
+        # Through narrow_f64, not ml_dtypes' float64 cast: some of its versions round twice.
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out[...] = narrow_f64(flat, np.empty(flat.shape, dtype)).reshape(x.shape)
+        return out
+    if dtype == _BF16 or dtype.itemsize < x.dtype.itemsize:
         out[...] = x.astype(dtype)
         return out
     out[...] = x  # a wider or equal type holds x exactly
@@ -160,7 +165,7 @@ def narrow_f64(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None
         # A finite float32 beyond bfloat16's largest value carries into the exponent: inf, as
         # the cast gives.
         out.view(np.uint16)[...] = _round_bits(bits, 16, tmp)
-        return _fix_direct(x, out, direct)
+        return _fix_bf16_ties(x, t, out, direct, nonfinite)
     # Scaled by 2^-112, float16's normals become float32 normals and its subnormals float32
     # subnormals with float16's bits in bits 13..30: one integer rounding for both. The
     # scaling rounds tiny values to float32's subnormal grid, a third rounding whose halfway
@@ -188,6 +193,22 @@ def _round_bits(bits: np.ndarray, drop: int, out: np.ndarray) -> np.ndarray:
     out += np.uint32((1 << (drop - 1)) - 1)
     out >>= np.uint32(drop)
     return out
+
+
+def _fix_bf16_ties(x: np.ndarray, t: np.ndarray, out: np.ndarray, direct: np.ndarray,
+                   nonfinite: np.ndarray) -> np.ndarray:
+    """The elements whose float32 t is a halfway point between two bfloat16 values, rounded
+    once from x: x lies between the two (within half a float32 step of t), so it takes the one
+    on its side of t, and the even one where x is t itself. Not ml_dtypes' float64 cast: some
+    of its versions go through float32 themselves (the GPU host's did, 2026-12-05), and the
+    inputs of a bf16 config would then differ between machines."""
+    ties = np.flatnonzero(direct & ~nonfinite)
+    if ties.size:
+        below = (t.view(np.uint32)[ties] >> np.uint32(16)).astype(np.uint16)   # toward zero, sign kept
+        ax, at = np.abs(x[ties]), np.abs(t[ties].astype(np.float64))
+        up = (ax > at) | ((ax == at) & (below & np.uint16(1)).astype(bool))
+        out.view(np.uint16)[ties] = below + up.astype(np.uint16)
+    return _fix_direct(x, out, direct & nonfinite)
 
 
 def _fix_direct(x: np.ndarray, out: np.ndarray, direct: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ import pytest
 
 from attnconfig import parse_config
 from reference import make_inputs
-from reference.rounding import narrow_f64
+from reference.rounding import narrow_f64, round_to
 from sweeps.sampler import ConfigDrawer
 from sweeps.spec import SweepSpec
 
@@ -92,13 +92,49 @@ def hard_values():
     return np.concatenate([x, -x])
 
 
+def rounded_once_bf16(x: np.ndarray) -> np.ndarray:
+    """x rounded to bfloat16 in one step, ties to even, without ml_dtypes' float64 cast (some
+    versions of it go through float32): x / q is rounded to an integer by np.rint, q being
+    bfloat16's spacing at x (2^(e-7), subnormals 2^-133), both steps exact in float64. The
+    result is a bfloat16 value (or 2^128, which any cast makes inf)."""
+    finite = np.isfinite(x)
+    xf = np.where(finite, x, 0.0)
+    _, e = np.frexp(xf)                                  # |x| in [2^(e-1), 2^e)
+    q = np.ldexp(1.0, np.maximum(e - 1, -126) - 7)
+    r = np.rint(xf / q) * q
+    r = np.where(np.abs(r) > float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), np.copysign(np.inf, x), r)
+    return np.where(finite, r, x).astype(ml_dtypes.bfloat16)
+
+
+def test_the_plain_bf16_rounding_agrees_with_float32_where_float32_is_exact():
+    bf = hard_values()[:50_000].astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert rounded_once_bf16(bf).view(np.uint16).tobytes() == bf.astype(ml_dtypes.bfloat16).view(np.uint16).tobytes()
+    f32 = np.random.default_rng(3).standard_normal(100_000).astype(np.float32)   # float32 -> bfloat16: one rounding
+    assert (rounded_once_bf16(f32.astype(np.float64)).view(np.uint16)
+            == f32.astype(ml_dtypes.bfloat16).view(np.uint16)).all()
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32])
-def test_narrow_f64_is_the_cast_bit_for_bit(dtype):
+def test_narrow_f64_rounds_once_bit_for_bit(dtype):
+    """Against numpy's casts for float16 and float32 (they round float64 bits once) and the
+    plain rounding above for bfloat16."""
     x = hard_values()
     with np.errstate(all="ignore"):  # overflow to inf is part of the cast
-        want = x.astype(dtype)
+        want = rounded_once_bf16(x) if dtype is ml_dtypes.bfloat16 else x.astype(dtype)
         got = narrow_f64(x, np.empty(x.shape, dtype=dtype))
-    assert got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
+    nan = np.isnan(x)
+    assert np.isnan(got[nan].astype(np.float32)).all()
+    assert got[~nan].view(np.uint8).tobytes() == want[~nan].view(np.uint8).tobytes()
+
+
+def test_round_to_bf16_from_float64_rounds_once():
+    x = hard_values().reshape(-1, 4)   # the exact reference's P, say: float64, any shape
+    with np.errstate(all="ignore"):
+        got = round_to(x, ml_dtypes.bfloat16)
+        want = rounded_once_bf16(x.reshape(-1)).astype(np.float64).reshape(x.shape)
+    nan = np.isnan(x)
+    assert got.dtype == np.float64 and np.isnan(got[nan]).all()
+    assert got[~nan].tobytes() == want[~nan].tobytes()
 
 
 def test_narrow_f64_cases_where_float32_alone_would_round_wrong():
@@ -106,8 +142,8 @@ def test_narrow_f64_cases_where_float32_alone_would_round_wrong():
     x = hard_values()
     with np.errstate(all="ignore"):
         via_f32 = x.astype(np.float32).astype(ml_dtypes.bfloat16)
-        direct = x.astype(ml_dtypes.bfloat16)
-    assert (via_f32.view(np.uint16) != direct.view(np.uint16)).sum() > 1000
+        once = rounded_once_bf16(x)
+    assert (via_f32.view(np.uint16) != once.view(np.uint16)).sum() > 1000
 
 
 # sha256 of q, k, v, bias bytes and the i8 quantisation parameters, as numpy 2.4.6 draws them.
