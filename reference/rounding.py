@@ -159,13 +159,13 @@ def narrow_f64(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None
     if out.dtype == _BF16:
         np.bitwise_and(bits, _BF16_LOW_BITS, out=tmp)
         np.equal(tmp, _BF16_TIE_BITS, out=direct)
-        nonfinite = np.isfinite(t, out=work.take("narrow_nonfinite", x.shape, np.bool_))
-        np.logical_not(nonfinite, out=nonfinite)
-        direct |= nonfinite
+        finite = np.isfinite(t, out=work.take("narrow_finite", x.shape, np.bool_))
+        direct &= finite   # a NaN's payload can look like a halfway point
         # A finite float32 beyond bfloat16's largest value carries into the exponent: inf, as
         # the cast gives.
         out.view(np.uint16)[...] = _round_bits(bits, 16, tmp)
-        return _fix_bf16_ties(x, t, out, direct, nonfinite)
+        _round_bf16_ties_once(x, t, out, direct)
+        return _fix_direct(x, out, np.logical_not(finite, out=finite))
     # Scaled by 2^-112, float16's normals become float32 normals and its subnormals float32
     # subnormals with float16's bits in bits 13..30: one integer rounding for both. The
     # scaling rounds tiny values to float32's subnormal grid, a third rounding whose halfway
@@ -195,20 +195,18 @@ def _round_bits(bits: np.ndarray, drop: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fix_bf16_ties(x: np.ndarray, t: np.ndarray, out: np.ndarray, direct: np.ndarray,
-                   nonfinite: np.ndarray) -> np.ndarray:
-    """The elements whose float32 t is a halfway point between two bfloat16 values, rounded
-    once from x: x lies between the two (within half a float32 step of t), so it takes the one
-    on its side of t, and the even one where x is t itself. Not ml_dtypes' float64 cast: some
-    of its versions go through float32 themselves (the GPU host's did, 2026-12-05), and the
-    inputs of a bf16 config would then differ between machines."""
-    ties = np.flatnonzero(direct & ~nonfinite)
-    if ties.size:
-        below = (t.view(np.uint32)[ties] >> np.uint32(16)).astype(np.uint16)   # toward zero, sign kept
-        ax, at = np.abs(x[ties]), np.abs(t[ties].astype(np.float64))
+def _round_bf16_ties_once(x: np.ndarray, t: np.ndarray, out: np.ndarray, ties: np.ndarray) -> None:
+    """The finite elements whose float32 t is a halfway point between two bfloat16 values,
+    rounded once from x: x lies between the two (within half a float32 step of t), so it takes
+    the one on its side of t, and the even one where x is t itself. Not ml_dtypes' float64
+    cast: some of its versions go through float32 themselves (the GPU host's did, 2026-12-05),
+    and the inputs of a bf16 config would then differ between machines."""
+    where = np.flatnonzero(ties)
+    if where.size:
+        below = (t.view(np.uint32)[where] >> np.uint32(16)).astype(np.uint16)   # toward zero, sign kept
+        ax, at = np.abs(x[where]), np.abs(t[where].astype(np.float64))
         up = (ax > at) | ((ax == at) & (below & np.uint16(1)).astype(bool))
-        out.view(np.uint16)[ties] = below + up.astype(np.uint16)
-    return _fix_direct(x, out, direct & nonfinite)
+        out.view(np.uint16)[where] = below + up.astype(np.uint16)
 
 
 def _fix_direct(x: np.ndarray, out: np.ndarray, direct: np.ndarray) -> np.ndarray:

@@ -122,9 +122,7 @@ def test_narrow_f64_rounds_once_bit_for_bit(dtype):
     with np.errstate(all="ignore"):  # overflow to inf is part of the cast
         want = rounded_once_bf16(x) if dtype is ml_dtypes.bfloat16 else x.astype(dtype)
         got = narrow_f64(x, np.empty(x.shape, dtype=dtype))
-    nan = np.isnan(x)
-    assert np.isnan(got[nan].astype(np.float32)).all()
-    assert got[~nan].view(np.uint8).tobytes() == want[~nan].view(np.uint8).tobytes()
+    assert got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes()
 
 
 def test_round_to_bf16_from_float64_rounds_once():
