@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import abc
 import ctypes
+import math
+import os
 import time
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -227,7 +229,14 @@ DEFAULT_MAX_SHARED = 48 * 1024   # what a kernel gets without opting in to more
 # opts the kernel in (_rt_allow_shared). 99 KB is the opt-in limit of sm_86/sm_89, the smallest
 # of the devices with mma.sync (sm_80: 163 KB, sm_90: 227 KB).
 MMA_MAX_SHARED = 99 * 1024
-FUSED_COMBINE_MAX_SPLITS = 8
+# The mma decode kernel's fused combine (fuses_combine): one level (the last block of a row tile
+# reads every split) up to FUSED_COMBINE_ONE_LEVEL splits, two past it (fused_combine_group), up
+# to FUSED_COMBINE_MAX_SPLITS; past that the combine kernel runs. The one level was measured
+# faster than the combine kernel at 3 and 6 splits and slower at 47 (docs/decisions.md); the two
+# levels are not measured on a GPU yet, so by default they stay off (8), and
+# ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS=1024 turns them on for that A/B.
+FUSED_COMBINE_ONE_LEVEL = 8
+FUSED_COMBINE_MAX_SPLITS = int(os.environ.get("ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS", "8"))
 
 
 def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[str, int]:
@@ -360,7 +369,8 @@ def fwd_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int]
         fused = bool(buf.get("combine_count"))
         if fused:   # the kernel's last block per row tile writes O and LSE (fuses_combine)
             args = (*args[:4], ptr(buf["o"]), ptr(buf.get("lse", 0)), *args[6:])
-        args = (*args, ptr(buf.get("combine_count", 0)))
+        args = (*args, ptr(buf.get("combine_count", 0)), ptr(buf.get("combine_part", 0)),
+                i32(fused_combine_group(c.split_kv) if fused else 0))
     grid_x = fwd_blocks_x(c, variant)
     if grid_x > MAX_GRID_X:
         raise NotApplicable("grid_too_large", f"grid x = {grid_x} > {MAX_GRID_X}")
@@ -375,12 +385,43 @@ def fwd_blocks_x(config: AttentionConfig, variant: Variant) -> int:
     return c.g * c.num_heads_q * c.seq_len_q
 
 
-def fuses_combine(config: AttentionConfig, variant: Variant) -> bool:
-    """Whether the split kernel combines the splits itself (its last block per row tile; the mma
-    decode variant, up to FUSED_COMBINE_MAX_SPLITS splits): one launch, not two. Past that, a
-    row's many splits are better read by the combine kernel's many blocks at once."""
-    return (variant.path == "mma" and variant.block_m == 16 and 1 < config.split_kv <= FUSED_COMBINE_MAX_SPLITS
-            and (4 + variant.block_m * (config.split_kv + 2)) * 4 <= variant.shared_bytes)
+def fuses_combine(config: AttentionConfig, variant: Variant, max_splits: int | None = None) -> bool:
+    """Whether the split kernel combines the splits itself (the mma decode variant, up to
+    max_splits, default FUSED_COMBINE_MAX_SPLITS): one launch, not two. Its last blocks to finish
+    combine, in one level or two (fused_combine_group), none waiting on another."""
+    group = fused_combine_group(config.split_kv)
+    widest = max(group, -(-config.split_kv // group))
+    limit = FUSED_COMBINE_MAX_SPLITS if max_splits is None else max_splits
+    return (variant.path == "mma" and variant.block_m == 16 and 1 < config.split_kv <= limit
+            and (4 + variant.block_m * (widest + 2)) * 4 <= variant.shared_bytes)
+
+
+def fused_combine_group(split_kv: int) -> int:
+    """Splits per group of the fused combine's first level: all of them up to
+    FUSED_COMBINE_ONE_LEVEL (one level), else about their square root, so that the last block of
+    a group and the last of the groups' combiners each read about sqrt(splits) partials. One
+    block reading 128 splits' partials took longer than the combine kernel's launch (H200,
+    2026-12-04); the combine kernel's launch and ramp cost ~5 µs after the split kernel."""
+    if split_kv <= FUSED_COMBINE_ONE_LEVEL:
+        return split_kv
+    return math.isqrt(split_kv - 1) + 1   # ceil(sqrt(split_kv))
+
+
+def fused_combine_counters(config: AttentionConfig, variant: Variant) -> int:
+    """The fused combine's int32 counters, zeroed: per row tile, one per group and one for the
+    groups where there are several (the kernel's attn_fused_combine)."""
+    groups = -(-config.split_kv // fused_combine_group(config.split_kv))
+    return fwd_blocks_x(config, variant) * (groups + 1 if groups > 1 else 1)
+
+
+def fused_combine_part_floats(config: AttentionConfig) -> int:
+    """f32 elements of the fused combine's group partials (O and LSE of every row per group),
+    where it has two levels; 0 with one. Apart from the splits' partials, which the verifier
+    reads as the split kernel wrote them, and not in splitkv_extra_bytes (SPEC §6 budgets the
+    partials): about sqrt(split_kv) / split_kv of them more."""
+    c = config
+    groups = -(-c.split_kv // fused_combine_group(c.split_kv))
+    return groups * c.g * c.num_heads_q * c.seq_len_q * (c.head_dim_v + 1) if groups > 1 else 0
 
 
 def launch_plan(config: AttentionConfig, variant: Variant, buf: Mapping[str, int], *,
@@ -568,16 +609,16 @@ class DeviceBackend(Backend, abc.ABC):
     kernel_path: str = "auto"
     #: whether the device runs the mma path (NVIDIA sm_80+); set by the subclass constructor
     mma_capable: bool = False
-    #: whether the mma decode kernel combines few splits itself (fuses_combine); False: two launches
+    #: whether the mma decode kernel combines the splits itself (fuses_combine); False: two launches
     fuse_combine: bool = True
 
     def variant_for(self, config: AttentionConfig) -> Variant:
         return select_variant(config, self.defects, self.kernel_path, mma=self.mma_capable)
 
     def combine_counters(self, config: AttentionConfig, variant: Variant) -> int:
-        """int32 split counters a call needs, zeroed (one per block of a split), when the split
-        kernel combines itself (fuse_combine and fuses_combine); 0: the combine kernel runs."""
-        return fwd_blocks_x(config, variant) if self.fuse_combine and fuses_combine(config, variant) else 0
+        """int32 counters a call needs, zeroed (fused_combine_counters), when the split kernel
+        combines itself (fuse_combine and fuses_combine); 0: the combine kernel runs."""
+        return fused_combine_counters(config, variant) if self.fuse_combine and fuses_combine(config, variant) else 0
 
     def cache_key_fields(self, variant: Variant, options: list[str]) -> dict[str, Any]:
         return {
@@ -670,6 +711,8 @@ class DeviceBackend(Backend, abc.ABC):
             if counters:
                 buf["combine_count"] = self._rt_malloc(4 * counters)
                 self._rt_memset(buf["combine_count"], 4, 0, counters)
+                if fused_combine_part_floats(c):
+                    buf["combine_part"] = self._rt_malloc(4 * fused_combine_part_floats(c))
             transfer_s = time.perf_counter() - t0
 
             launches = launch_plan(c, variant, buf, quant_scale=float(inputs.get("quant_scale", 1.0)),
@@ -684,8 +727,8 @@ class DeviceBackend(Backend, abc.ABC):
                 counts = np.empty(counters, dtype=np.int32)
                 self._rt_dtoh(counts, buf["combine_count"])
                 if counts.any():
-                    raise LaunchError(f"fused combine: {int((counts != 0).sum())} row tiles left their split "
-                                      "counters armed (no block saw itself last)")
+                    raise LaunchError(f"fused combine: {int((counts != 0).sum())} of {counters} counters left "
+                                      "armed (no block saw itself last)")
 
             t1 = time.perf_counter()
             got = {}

@@ -559,6 +559,149 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
     }
 }
 
+// ---- the fused combine of the tensor-core decode kernel ----------------------------------
+// Plain device code, compiled with that kernel and by the host emulation, whose tests run it.
+#if defined(ATTN_HAVE_MMA_SM80) || defined(ATTN_HOST_EMULATION)
+
+// Combines `count` partials of one row tile, `step` rows apart (in_o / in_lse: the first one's
+// row 0), as attn_splitkv_combine does (no validity mask, M = -FLT_MAX when every LSE_s is
+// -inf, O = 0 and LSE = -inf on a zero denominator). final: into O and LSE; otherwise into the
+// partial at out_o / out_lse (row 0), normalized with its LSE like a split's. Partials are read
+// past L1 (__ldcg): other SMs wrote them. Of the kv head's rows (head-major: row rr is head
+// h0 + rr / sq, query rr % sq), this tile holds first_row.. first_row + BM - 1; those below
+// rows_per_kv are real.
+template <typename T, int BM, int NT>
+__device__ __forceinline__ void attn_combine_tile(
+    unsigned char* smem, const float* in_o, const float* in_lse, int count, long long step,
+    bool final, T* __restrict__ o, float* __restrict__ lse, float* out_o, float* out_lse,
+    int first_row, int rows_per_kv, int h0, int b, int hq, int sq, int dv,
+    long long o_sb, long long o_sh, long long o_ss, long long o_sd)
+{
+    const int tid = (int)threadIdx.x;
+    float* w_s = reinterpret_cast<float*>(smem) + 4;    // [BM][count]: LSEs, then weights
+    float* den_s = w_s + BM * count;                      // [BM]
+    float* m_s = den_s + BM;                              // [BM]
+    auto row_of = [&](int r, int& h, int& qi) -> long long {   // -1: a padding row
+        const int rr = first_row + r;
+        if (rr >= rows_per_kv) return -1;
+        h = h0 + rr / sq;
+        qi = rr % sq;
+        return ((long long)b * hq + h) * sq + qi;
+    };
+    // The LSEs of every (real row, partial) at once into shared memory, then per row its maximum
+    // and weights from there: a row's partials are not read one global latency after another.
+    const int nreal = min(BM, rows_per_kv - first_row);
+    for (int i = tid; i < nreal * count; i += NT) {
+        int h, qi;
+        const long long row = row_of(i / count, h, qi);
+        w_s[i] = __ldcg(in_lse + (long long)(i % count) * step + row);
+    }
+    __syncthreads();
+    if (tid < nreal) {
+        float* w = w_s + tid * count;
+        float mx = -ATTN_FLT_MAX;   // fmaxf skips a NaN LSE_s, whose weight then shows it
+        for (int sp = 0; sp < count; ++sp) mx = fmaxf(mx, w[sp]);
+        float den = 0.0f;
+        for (int sp = 0; sp < count; ++sp) {
+            w[sp] = expf(w[sp] - mx);
+            den += w[sp];
+        }
+        den_s[tid] = den;
+        m_s[tid] = mx;
+    }
+    __syncthreads();
+    // Four value dims per thread and step (dv is a multiple of 8 on this path: 16-byte loads),
+    // only the tile's real rows, the partials' loads unrolled so that several are in flight.
+    const int dv4 = dv / 4;
+    for (int i = tid; i < nreal * dv4; i += NT) {
+        const int r = i / dv4, d = (i % dv4) * 4;
+        int h, qi;
+        const long long row = row_of(r, h, qi);
+        float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float* op = in_o + row * dv + d;
+#pragma unroll 8
+        for (int sp = 0; sp < count; ++sp) {
+            const float w = w_s[r * count + sp];
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(op + (long long)sp * step * dv));
+            num.x += w * x.x; num.y += w * x.y; num.z += w * x.z; num.w += w * x.w;
+        }
+        const float den = den_s[r];
+        const bool zero = den == 0.0f;
+        if (!final) {
+            *reinterpret_cast<float4*>(out_o + row * dv + d) =
+                zero ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : make_float4(num.x / den, num.y / den, num.z / den, num.w / den);
+            continue;
+        }
+        T* out = o + (long long)b * o_sb + (long long)h * o_sh + (long long)qi * o_ss + (long long)d * o_sd;
+        out[0] = attn_from_float<T>(zero ? 0.0f : num.x / den);
+        out[o_sd] = attn_from_float<T>(zero ? 0.0f : num.y / den);
+        out[2 * o_sd] = attn_from_float<T>(zero ? 0.0f : num.z / den);
+        out[3 * o_sd] = attn_from_float<T>(zero ? 0.0f : num.w / den);
+    }
+    if (tid < nreal && (lse || !final)) {
+        int h, qi;
+        const long long row = row_of(tid, h, qi);
+        const float val = den_s[tid] == 0.0f ? ATTN_NEG_INF : m_s[tid] + logf(den_s[tid]);
+        (final ? lse : out_lse)[row] = val;
+    }
+}
+
+// The combine fused into the split kernel (combine_count set: the host's fuses_combine), with
+// no block waiting on another. Called by every thread of a block after its partials are written
+// and fenced. Splits come in groups of `group` (the host's fused_combine_group): the last block of
+// a group to finish, counted by an atomic per (row tile, group), combines the group. With one
+// group that is the whole combine (O and LSE). With several, it writes the group's result as a
+// partial of its own into group_part, and the last of the groups' combiners, counted by one more
+// atomic per row tile, combines those. Two levels of about sqrt(splits) reads each, not one
+// block reading every split (or the combine kernel's launch); the splits' partials stay as the
+// split kernel wrote them, for the verifier. Each counter is zeroed by the block that saw itself
+// last, for the next launch. Not inlined: it runs once per block and must not take registers
+// from the main loop.
+// combine_count: per row tile, one counter (one group) or groups + 1. group_part (several
+// groups): O [groups][rows][dv], then LSE [groups][rows]. smem: at least
+// (4 + BM * (max(group, groups) + 2)) floats.
+template <typename T, int BM, int NT>
+__device__ __noinline__ void attn_fused_combine(
+    unsigned char* smem, const float* o_part, const float* lse_part,
+    T* __restrict__ o, float* __restrict__ lse, int* __restrict__ combine_count, float* group_part,
+    int first_row, int rows_per_kv, int h0, int b, int hq, int sq, int dv, long long rows,
+    long long o_sb, long long o_sh, long long o_ss, long long o_sd, int num_splits, int group)
+{
+    const int tid = (int)threadIdx.x;
+    int* last_s = reinterpret_cast<int*>(smem);
+    const int groups = (num_splits + group - 1) / group;
+    int* count = combine_count + (long long)blockIdx.x * (groups > 1 ? groups + 1 : 1);
+    const int gi = (int)blockIdx.y / group, first = gi * group, members = min(group, num_splits - first);
+    if (tid == 0) last_s[0] = atomicAdd(&count[gi], 1) == members - 1;
+    __syncthreads();
+    if (!last_s[0]) return;
+    __threadfence();
+    if (groups == 1) {
+        attn_combine_tile<T, BM, NT>(smem, o_part, lse_part, num_splits, rows, true, o, lse, nullptr, nullptr,
+                                     first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
+        if (tid == 0) count[0] = 0;
+        return;
+    }
+    float* group_lse = group_part + (long long)groups * rows * dv;
+    attn_combine_tile<T, BM, NT>(smem, o_part + (long long)first * rows * dv, lse_part + (long long)first * rows,
+                                 members, rows, false, o, lse, group_part + (long long)gi * rows * dv,
+                                 group_lse + (long long)gi * rows,
+                                 first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
+    __threadfence();                      // the group's partial is visible before it counts
+    __syncthreads();
+    if (tid == 0) {
+        count[gi] = 0;
+        last_s[0] = atomicAdd(&count[groups], 1) == groups - 1;
+    }
+    __syncthreads();
+    if (!last_s[0]) return;
+    __threadfence();
+    attn_combine_tile<T, BM, NT>(smem, group_part, group_lse, groups, rows, true, o, lse, nullptr, nullptr,
+                                 first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
+    if (tid == 0) count[groups] = 0;
+}
+#endif
+
 // ---- the tensor-core split kernel (NVIDIA sm_80 and newer) ---------------------------------
 // attn_splitkv_fwd_mma<T, DQK_B, DV_B, BLOCK_N, BN, WM, WN, MINB>: the same contract,
 // arguments and outputs as attn_splitkv_fwd, for f16/bf16 with head dims that are multiples of 8
@@ -575,8 +718,8 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 // MMA_DECODE_SHAPES) whose softmax states merge once at the end. K and V tiles go to shared
 // memory by cp.async, V of tile t while S = Q.K^T of tile t is computed and K of tile t+1 while
 // P.V of tile t is, as FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode measured
-// no faster on the H200: docs/decisions.md.) With few splits, decode's last block per row tile
-// also does the combine (attn_fused_combine). P is rounded to T for P.V (SPEC §1 allows it); l
+// no faster on the H200: docs/decisions.md.) Decode's last blocks to finish also do the
+// combine (attn_fused_combine, above). P is rounded to T for P.V (SPEC §1 allows it); l
 // sums the f32 P. MINB is the blocks per SM the register budget must allow
 // (__launch_bounds__). Split boundaries, masks, guards and defect switches are those of
 // attn_splitkv_fwd.
@@ -654,92 +797,6 @@ __device__ __forceinline__ int attn_smem_chunk(int r, int c, int stride, bool sw
     return r * stride + (swizzled ? c ^ (r & 7) : c) * 8;
 }
 
-// The combine fused into the split kernel (combine_count set: the host's fuses_combine). Called
-// by every thread of a block after its partials are written and fenced: the last block of the
-// row tile to finish, counted by an atomic per tile, weights every split's partials as
-// attn_splitkv_combine does (no validity mask, M = -FLT_MAX when every LSE_s is -inf, O = 0 and
-// LSE = -inf on a zero denominator), writes O and LSE, then zeroes its counter for the next
-// launch. Partials are read past L1 (__ldcg): other SMs wrote them. Not inlined: it runs once
-// per block and must not take registers from the main loop.
-// smem: at least (4 + BM * (num_splits + 2)) floats. Of the kv head's rows (head-major: row rr
-// is head h0 + rr / sq, query rr % sq), this tile holds first_row.. first_row + BM - 1; those
-// below rows_per_kv are real.
-template <typename T, int BM, int NT>
-__device__ __noinline__ void attn_fused_combine(
-    unsigned char* smem, const float* __restrict__ o_part, const float* __restrict__ lse_part,
-    T* __restrict__ o, float* __restrict__ lse, int* __restrict__ combine_count,
-    int first_row, int rows_per_kv, int h0, int b, int hq, int sq, int dv, long long rows,
-    long long o_sb, long long o_sh, long long o_ss, long long o_sd, int num_splits)
-{
-    const int tid = (int)threadIdx.x;
-    int* last_s = reinterpret_cast<int*>(smem);
-    if (tid == 0) last_s[0] = atomicAdd(&combine_count[blockIdx.x], 1) == num_splits - 1;
-    __syncthreads();
-    if (!last_s[0]) return;
-    __threadfence();
-    float* w_s = reinterpret_cast<float*>(smem) + 4;    // [BM][num_splits]: LSEs, then weights
-    float* den_s = w_s + BM * num_splits;                 // [BM]
-    float* m_s = den_s + BM;                              // [BM]
-    auto row_of = [&](int r, int& h, int& qi) -> long long {   // -1: a padding row
-        const int rr = first_row + r;
-        if (rr >= rows_per_kv) return -1;
-        h = h0 + rr / sq;
-        qi = rr % sq;
-        return ((long long)b * hq + h) * sq + qi;
-    };
-    // The LSEs of every (real row, split) at once into shared memory, then per row its maximum
-    // and weights from there: a row's splits are not read one global latency after another.
-    const int nreal = min(BM, rows_per_kv - first_row);
-    for (int i = tid; i < nreal * num_splits; i += NT) {
-        int h, qi;
-        const long long row = row_of(i / num_splits, h, qi);
-        w_s[i] = __ldcg(lse_part + (long long)(i % num_splits) * rows + row);
-    }
-    __syncthreads();
-    if (tid < nreal) {
-        float* w = w_s + tid * num_splits;
-        float mx = -ATTN_FLT_MAX;   // fmaxf skips a NaN LSE_s, whose weight then shows it
-        for (int sp = 0; sp < num_splits; ++sp) mx = fmaxf(mx, w[sp]);
-        float den = 0.0f;
-        for (int sp = 0; sp < num_splits; ++sp) {
-            w[sp] = expf(w[sp] - mx);
-            den += w[sp];
-        }
-        den_s[tid] = den;
-        m_s[tid] = mx;
-    }
-    __syncthreads();
-    // Four value dims per thread and step (dv is a multiple of 8 on this path: 16-byte loads),
-    // only the tile's real rows, the splits' loads unrolled so that several are in flight.
-    const int dv4 = dv / 4;
-    for (int i = tid; i < nreal * dv4; i += NT) {
-        const int r = i / dv4, d = (i % dv4) * 4;
-        int h, qi;
-        const long long row = row_of(r, h, qi);
-        float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        const float* op = o_part + row * (long long)dv + d;
-#pragma unroll 8
-        for (int sp = 0; sp < num_splits; ++sp) {
-            const float w = w_s[r * num_splits + sp];
-            const float4 x = __ldcg(reinterpret_cast<const float4*>(op + (long long)sp * rows * dv));
-            num.x += w * x.x; num.y += w * x.y; num.z += w * x.z; num.w += w * x.w;
-        }
-        const float den = den_s[r];
-        const bool zero = den == 0.0f;
-        T* out = o + (long long)b * o_sb + (long long)h * o_sh + (long long)qi * o_ss + (long long)d * o_sd;
-        out[0] = attn_from_float<T>(zero ? 0.0f : num.x / den);
-        out[o_sd] = attn_from_float<T>(zero ? 0.0f : num.y / den);
-        out[2 * o_sd] = attn_from_float<T>(zero ? 0.0f : num.z / den);
-        out[3 * o_sd] = attn_from_float<T>(zero ? 0.0f : num.w / den);
-    }
-    if (tid < nreal && lse) {
-        int h, qi;
-        const long long row = row_of(tid, h, qi);
-        lse[row] = den_s[tid] == 0.0f ? ATTN_NEG_INF : m_s[tid] + logf(den_s[tid]);
-    }
-    if (tid == 0) combine_count[blockIdx.x] = 0;
-}
-
 // 1: K and V tiles with rows of 8, 16 or 32 chunks are stored swizzled, not padded (below).
 #ifndef ATTN_MMA_SWIZZLE
 #define ATTN_MMA_SWIZZLE 1
@@ -761,7 +818,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     long long v_sb, long long v_sh, long long v_ss, long long v_sd,
     long long o_sb, long long o_sh, long long o_ss, long long o_sd,
     int num_splits, int write_partials, int causal, float qk_scale,
-    float quant_scale, int quant_zero_point, int* __restrict__ combine_count)
+    float quant_scale, int quant_zero_point, int* __restrict__ combine_count, float* __restrict__ group_part,
+    int combine_group)
 {
     constexpr int NT = 32 * WM * WN;
     constexpr int BM = 16 * WM;            // rows of the block
@@ -1109,12 +1167,13 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         }
     }
 
-    // The combine, fused (decode with few splits): the last block of this row tile combines.
+    // The combine, fused (decode): the last blocks to finish combine, in one or two levels.
     if (combine_count) {
         __threadfence();                      // this block's partials are visible before it counts
         __syncthreads();
-        attn_fused_combine<T, BM, NT>(smem, o_part, lse_part, o, lse, combine_count, grp * BM, rows_per_kv,
-                                      kvh * ratio, b, hq, sq, dv, rows, o_sb, o_sh, o_ss, o_sd, num_splits);
+        attn_fused_combine<T, BM, NT>(smem, o_part, lse_part, o, lse, combine_count, group_part, grp * BM, rows_per_kv,
+                                      kvh * ratio, b, hq, sq, dv, rows, o_sb, o_sh, o_ss, o_sd, num_splits,
+                                      combine_group);
     }
 }
 #endif  // ATTN_HAVE_MMA_SM80

@@ -10,6 +10,7 @@
 #define ATTNSWEEP_HOST_EMU_H
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -66,6 +67,15 @@ inline __hip_bfloat16 __float2bfloat16(float x) {
     b.bits = (std::uint16_t)(u >> 16);
     return b;
 }
+
+// What the fused combine (attn_fused_combine) uses. Blocks run one after another here, so its
+// counters need no more than an atomic add, its fences nothing, and its L2 loads are plain loads.
+struct float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float __ldcg(const float* p) { return *p; }
+inline float4 __ldcg(const float4* p) { return *p; }
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 // Call a kernel with cuLaunchKernel-style arguments (an array of pointers to each argument).
 template <typename... A, std::size_t... I>

@@ -113,7 +113,7 @@ def test_launch_asks_for_the_variants_shared_memory():
     assert fwd_launch(c, g, buf).shared_bytes == 0
 
 
-def test_mma_decode_with_few_splits_combines_in_the_split_kernel():
+def test_mma_decode_combines_in_the_split_kernel():
     buf = {"q": 1, "k": 2, "v": 3, "o": 4, "lse": 5, "o_part": 6, "lse_part": 7}
     c = cfg(split_kv=8, return_lse=True)
     v = select_variant(c, mma=True)
@@ -121,13 +121,17 @@ def test_mma_decode_with_few_splits_combines_in_the_split_kernel():
     fused = launch_plan(c, v, {**buf, "combine_count": 9})
     assert [ln.kernel for ln in fused] == ["fwd"]
     args = [a.value for a in fused[0].args]
-    assert args[4:6] == [4, 5] and args[-1] == 9          # writes O and LSE; counts on buffer 9
+    assert args[4:6] == [4, 5] and args[-3:] == [9, None, 8]   # writes O and LSE; counts on 9; one group of 8
     two = launch_plan(c, v, buf)                           # no counter buffer: the combine kernel
     assert [ln.kernel for ln in two] == ["fwd", "combine"]
-    assert [a.value for a in two[0].args][4:6] == [None, None] and two[0].args[-1].value is None
+    assert [a.value for a in two[0].args][4:6] == [None, None] and two[0].args[-3].value is None
     assert fwd_blocks_x(c, v) == 2 * 8 == fused[0].grid[0]
-    # many splits (a decode row's 256): the combine kernel's many blocks read them
-    assert not fuses_combine(cfg(split_kv=256, return_lse=True), v)
+    # many splits (a decode row's 256): the combine kernel by default; allowed, two levels, groups
+    # of 16 and their partials in buffer 10
+    many = cfg(split_kv=256, return_lse=True)
+    assert not fuses_combine(many, v) and fuses_combine(many, v, max_splits=1024)
+    plan = launch_plan(many, v, {**buf, "combine_count": 9, "combine_part": 10})
+    assert [a.value for a in plan[0].args][-3:] == [9, 10, 16]
     assert not fuses_combine(cfg(split_kv=1), v)
     pre = cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512, split_kv=2, return_lse=True)
     assert not fuses_combine(pre, select_variant(pre, mma=True))     # prefill row tiles

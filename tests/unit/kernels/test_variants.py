@@ -374,7 +374,9 @@ def test_kernel_source_defects_show_their_symptoms(tmp_path):
             assert np.abs(out.out - o_ref).max() > 0.05, defect
 
 
-def test_a_device_backend_sizes_the_fused_combines_counters_from_the_plan():
+def test_a_device_backend_sizes_the_fused_combines_counters_from_the_plan(monkeypatch):
+    from kernels import variants
+
     from kernels.variants import fuses_combine, fwd_blocks_x, select_variant
 
     backend = HostEmuBackend()
@@ -382,7 +384,9 @@ def test_a_device_backend_sizes_the_fused_combines_counters_from_the_plan():
     v = select_variant(fused, mma=True)
     assert fuses_combine(fused, v) and backend.combine_counters(fused, v) == fwd_blocks_x(fused, v) == 2
     many = cfg(seq_len_q=1, num_heads_q=8, num_heads_kv=2, seq_len_k=512, split_kv=64, return_lse=True)
-    assert backend.combine_counters(many, select_variant(many, mma=True)) == 0   # the combine kernel
+    assert backend.combine_counters(many, select_variant(many, mma=True)) == 0   # the combine kernel (default)
+    monkeypatch.setattr(variants, "FUSED_COMBINE_MAX_SPLITS", 1024)
+    assert backend.combine_counters(many, select_variant(many, mma=True)) == 2 * (8 + 1)   # 8 groups of 8, and theirs
     assert backend.combine_counters(fused, select_variant(fused)) == 0           # a portable path
     backend.fuse_combine = False
     assert backend.combine_counters(fused, v) == 0
