@@ -133,8 +133,9 @@ class Ours:
             count = torch.zeros(counters, dtype=torch.int32, device="cuda")
             keep.append(count)
             buf["combine_count"] = count.data_ptr()
-            if fused_combine_part_floats(c):
-                part = torch.empty(fused_combine_part_floats(c), dtype=torch.float32, device="cuda")
+            part_floats = fused_combine_part_floats(c)
+            if part_floats:
+                part = torch.empty(part_floats, dtype=torch.float32, device="cuda")
                 keep.append(part)
                 buf["combine_part"] = part.data_ptr()
         launches = launch_plan(c, loaded.variant, buf)

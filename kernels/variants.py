@@ -367,7 +367,7 @@ def fwd_launch(config: AttentionConfig, variant: Variant, buf: Mapping[str, int]
     )
     if variant.path == "mma":
         fused = bool(buf.get("combine_count"))
-        if fused:   # the kernel's last block per row tile writes O and LSE (fuses_combine)
+        if fused:   # the kernel's last block to finish per row tile writes O and LSE (fuses_combine)
             args = (*args[:4], ptr(buf["o"]), ptr(buf.get("lse", 0)), *args[6:])
         args = (*args, ptr(buf.get("combine_count", 0)), ptr(buf.get("combine_part", 0)),
                 i32(fused_combine_group(c.split_kv) if fused else 0))
@@ -389,8 +389,7 @@ def fuses_combine(config: AttentionConfig, variant: Variant, max_splits: int | N
     """Whether the split kernel combines the splits itself (the mma decode variant, up to
     max_splits, default FUSED_COMBINE_MAX_SPLITS): one launch, not two. Its last blocks to finish
     combine, in one level or two (fused_combine_group), none waiting on another."""
-    group = fused_combine_group(config.split_kv)
-    widest = max(group, -(-config.split_kv // group))
+    widest = max(fused_combine_group(config.split_kv), fused_combine_groups(config.split_kv))
     limit = FUSED_COMBINE_MAX_SPLITS if max_splits is None else max_splits
     return (variant.path == "mma" and variant.block_m == 16 and 1 < config.split_kv <= limit
             and (4 + variant.block_m * (widest + 2)) * 4 <= variant.shared_bytes)
@@ -400,17 +399,22 @@ def fused_combine_group(split_kv: int) -> int:
     """Splits per group of the fused combine's first level: all of them up to
     FUSED_COMBINE_ONE_LEVEL (one level), else about their square root, so that the last block of
     a group and the last of the groups' combiners each read about sqrt(splits) partials. One
-    block reading 128 splits' partials took longer than the combine kernel's launch (H200,
-    2026-12-04); the combine kernel's launch and ramp cost ~5 µs after the split kernel."""
+    block reading 47 splits' partials was 3 to 16 µs slower than the combine kernel (H200,
+    2026-12-04, docs/decisions.md)."""
     if split_kv <= FUSED_COMBINE_ONE_LEVEL:
         return split_kv
     return math.isqrt(split_kv - 1) + 1   # ceil(sqrt(split_kv))
 
 
+def fused_combine_groups(split_kv: int) -> int:
+    """Groups of the fused combine's first level (1: one level)."""
+    return -(-split_kv // fused_combine_group(split_kv))
+
+
 def fused_combine_counters(config: AttentionConfig, variant: Variant) -> int:
     """The fused combine's int32 counters, zeroed: per row tile, one per group and one for the
     groups where there are several (the kernel's attn_fused_combine)."""
-    groups = -(-config.split_kv // fused_combine_group(config.split_kv))
+    groups = fused_combine_groups(config.split_kv)
     return fwd_blocks_x(config, variant) * (groups + 1 if groups > 1 else 1)
 
 
@@ -420,7 +424,7 @@ def fused_combine_part_floats(config: AttentionConfig) -> int:
     reads as the split kernel wrote them, and not in splitkv_extra_bytes (SPEC §6 budgets the
     partials): about sqrt(split_kv) / split_kv of them more."""
     c = config
-    groups = -(-c.split_kv // fused_combine_group(c.split_kv))
+    groups = fused_combine_groups(c.split_kv)
     return groups * c.g * c.num_heads_q * c.seq_len_q * (c.head_dim_v + 1) if groups > 1 else 0
 
 
@@ -711,8 +715,9 @@ class DeviceBackend(Backend, abc.ABC):
             if counters:
                 buf["combine_count"] = self._rt_malloc(4 * counters)
                 self._rt_memset(buf["combine_count"], 4, 0, counters)
-                if fused_combine_part_floats(c):
-                    buf["combine_part"] = self._rt_malloc(4 * fused_combine_part_floats(c))
+                part_floats = fused_combine_part_floats(c)
+                if part_floats:
+                    buf["combine_part"] = self._rt_malloc(4 * part_floats)
             transfer_s = time.perf_counter() - t0
 
             launches = launch_plan(c, variant, buf, quant_scale=float(inputs.get("quant_scale", 1.0)),
