@@ -23,11 +23,13 @@ class Settings(BaseSettings):
     kernel_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "kernels")
     config_time_limit_s: float = 120.0
     # Freed memory a computing process keeps mapped for its next config (sweeps/heap.py); 0
-    # leaves glibc's defaults.
-    heap_retain_mb: int = Field(default=1024, ge=0, le=2047)
+    # leaves glibc's defaults. Off by default: on the H200's 16-core host it bought nothing
+    # (0.99x) for 4.6x the memory held between configs (docs/decisions.md, sweep throughput).
+    heap_retain_mb: int = Field(default=0, ge=0, le=2047)
     # A GPU backend's copies and kernel run in a thread while the host computes the reference
-    # (sweeps/runner.py); false runs them one after the other.
-    overlap_device: bool = True
+    # (sweeps/runner.py); false runs them one after the other. Off by default: with every core
+    # already running a worker, the thread slowed the reference more than it hid (0.94x there).
+    overlap_device: bool = False
 
     # --- service (API and workers) ---------------------------------------------------------
     # Prefix of the Celery queue names ("<prefix>cpu", "<prefix>gpu"): several deployments (or

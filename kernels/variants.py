@@ -233,8 +233,9 @@ MMA_MAX_SHARED = 99 * 1024
 # reads every split) up to FUSED_COMBINE_ONE_LEVEL splits, two past it (fused_combine_group), up
 # to FUSED_COMBINE_MAX_SPLITS; past that the combine kernel runs. The one level was measured
 # faster than the combine kernel at 3 and 6 splits and slower at 47 (docs/decisions.md); the two
-# levels are not measured on a GPU yet, so by default they stay off (8), and
-# ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS=1024 turns them on for that A/B.
+# levels pass the GPU tests but were slower too (H200: 30.7 against 20.5 µs at 128 splits on
+# (1,8,1,65536,128)), so by default they stay off (8); ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS=1024
+# turns them on for a kernel or device where that may differ.
 FUSED_COMBINE_ONE_LEVEL = 8
 FUSED_COMBINE_MAX_SPLITS = int(os.environ.get("ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS", "8"))
 

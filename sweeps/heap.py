@@ -4,8 +4,9 @@ Every config allocates its inputs, the reference's arrays and the outputs afresh
 megabytes for a large one. glibc serves blocks over its mmap threshold (at most 32 MiB) with
 mmap and unmaps them on free, and trims the heap top down to 128 KiB; the next config's
 arrays then take a page fault per page and the kernel zeroes each page first. Kept instead, a
-cpu-backend sweep ran 1.17-1.22x faster (bench/sweep.py --baseline-env
-ATTNSWEEP_HEAP_RETAIN_MB=0 prints the ratio, and the memory it costs).
+cpu-backend sweep ran 1.17-1.22x faster on a 2-core machine, but a 16-process sweep on the
+H200's host 0.99x, holding 4.6x the memory between configs (bench/sweep.py --baseline-env
+ATTNSWEEP_HEAP_RETAIN_MB=0 prints the ratio, and the memory it costs): off by default.
 
 With mmap off, and a trim threshold and top pad of `retain` bytes, big blocks come from the
 heap, and of the freed heap top the first `retain` bytes stay mapped for the next config while

@@ -801,11 +801,6 @@ __device__ __forceinline__ int attn_smem_chunk(int r, int c, int stride, bool sw
 #ifndef ATTN_MMA_SWIZZLE
 #define ATTN_MMA_SWIZZLE 1
 #endif
-// 1: decode requests V(t) beside K(t), not after it (the main loop below). Off until measured:
-// the GPU went away before its A/B ran (docs/decisions.md, "Decode's short shapes").
-#ifndef ATTN_MMA_EARLY_V
-#define ATTN_MMA_EARLY_V 0
-#endif
 template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int MINB>
 __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -1047,27 +1042,18 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     };
 
     // FlashAttention 2's order: V(t) is asked for once K(t) is in, so a block has one tile in
-    // flight. With ATTN_MMA_EARLY_V, decode (one row tile) asks for V(t) as soon as every warp is
-    // done with V(t-1): V(t) streams in beside K(t), two tiles in flight, and a block's first K
-    // and V tiles arrive together. Prefill is compute-bound and keeps the order.
-    constexpr bool EARLY_V = ATTN_MMA_EARLY_V && WM == 1;
+    // flight. (Decode asking for V(t) beside K(t), two tiles in flight, measured no faster on
+    // the H200: docs/decisions.md, "Decode's short shapes".)
     const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
     float s[NST][4];
     if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, key_begin);
     attn_cp_commit();
-    if (EARLY_V) {
-        if (n_tiles > 0) load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, key_begin);
-        attn_cp_commit();
-    }
     for (int t = 0; t < n_tiles; ++t) {
         const int j0 = key_begin + t * BN;
-        if (EARLY_V) attn_cp_wait<1>();       // K(t) is in (V(t) may still be on its way)
-        else attn_cp_wait<0>();
+        attn_cp_wait<0>();
         __syncthreads();                      // K(t) is in; every warp is past P.V(t-1)
-        if (!EARLY_V) {
-            load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, j0);
-            attn_cp_commit();
-        }
+        load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, j0);
+        attn_cp_commit();
         tile_qk(k_s, s);
         __syncthreads();                      // every warp is done with K(t)
         if (t + 1 < n_tiles) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, j0 + BN);
@@ -1076,11 +1062,6 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         attn_cp_wait<1>();
         __syncthreads();                      // V(t) is in (K(t+1) may still be on its way)
         tile_pv(v_s, s);
-        if (EARLY_V) {
-            __syncthreads();                  // every warp is done with V(t)
-            if (t + 1 < n_tiles) load_tile(v_s, vp, v_ss, VS, CV, SWV, dv, j0 + BN);
-            attn_cp_commit();
-        }
     }
     attn_cp_wait<0>();
 

@@ -15,6 +15,12 @@ from sweeps.spec import SweepSpec
 FLOAT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 
 
+def cast(x, dtype):
+    """SPEC §1's cast, one rounding; for bf16 not ml_dtypes' own, which rounds twice (through
+    float32) before 0.7: the inputs must not change with the ml_dtypes a machine has."""
+    return rounded_once_bf16(x) if dtype is ml_dtypes.bfloat16 else x.astype(dtype)
+
+
 def plain_inputs(c):
     """The definition, with no chunking or casting shortcuts: one draw per tensor, cast once."""
     rng = np.random.default_rng(c.data_seed)
@@ -26,11 +32,11 @@ def plain_inputs(c):
         out["q"] = rng.integers(-8, 7, size=q_shape, endpoint=True, dtype=np.int8)
         out["k"] = rng.integers(-8, 7, size=k_shape, endpoint=True, dtype=np.int8)
     else:
-        out["q"] = rng.standard_normal(q_shape).astype(FLOAT[c.dtype])
-        out["k"] = rng.standard_normal(k_shape).astype(FLOAT[c.dtype])
-    out["v"] = rng.standard_normal((c.g, c.num_heads_kv, c.seq_len_k, c.head_dim_v)).astype(v_dtype)
+        out["q"] = cast(rng.standard_normal(q_shape), FLOAT[c.dtype])
+        out["k"] = cast(rng.standard_normal(k_shape), FLOAT[c.dtype])
+    out["v"] = cast(rng.standard_normal((c.g, c.num_heads_kv, c.seq_len_k, c.head_dim_v)), v_dtype)
     if c.with_attn_bias:
-        out["bias"] = rng.standard_normal((c.g, c.num_heads_q, c.seq_len_q, c.seq_len_k)).astype(v_dtype)
+        out["bias"] = cast(rng.standard_normal((c.g, c.num_heads_q, c.seq_len_q, c.seq_len_k)), v_dtype)
     if c.dtype == "i8":
         out["quant_zero_point"] = int(rng.integers(-4, 4, endpoint=True))
         out["quant_scale"] = 1.0 / (8.0 * math.sqrt(c.head_dim_qk))
@@ -133,6 +139,19 @@ def test_round_to_bf16_from_float64_rounds_once():
     nan = np.isnan(x)
     assert got.dtype == np.float64 and np.isnan(got[nan]).all()
     assert got[~nan].tobytes() == want[~nan].tobytes()
+
+
+def test_the_installed_ml_dtypes_casts_float64_to_bf16_once():
+    # SPEC §1 casts "through ml_dtypes": with 0.7 and later (pyproject.toml) that cast and
+    # make_inputs agree. An older one rounds twice, and its casts elsewhere (the verifier's
+    # reference cast to bf16) differ from ours in the last bit now and then.
+    x = hard_values()
+    with np.errstate(all="ignore"):
+        theirs = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+        once = rounded_once_bf16(x).view(np.uint16)
+    differ = int((theirs != once).sum())
+    assert differ == 0, (f"ml_dtypes {ml_dtypes.__version__} rounds {differ} of {x.size} float64 values to "
+                         f"bfloat16 other than once, to nearest even: install ml_dtypes>=0.7")
 
 
 def test_narrow_f64_cases_where_float32_alone_would_round_wrong():

@@ -120,12 +120,12 @@ def test_a_forked_child_gets_a_device_thread_of_its_own():
 def test_the_setting_reaches_the_embedded_workers(monkeypatch):
     import sweeps.embedded as embedded
 
-    monkeypatch.setenv("ATTNSWEEP_OVERLAP_DEVICE", "0")
-    embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings.now())
-    assert embedded._overlap is False
-    monkeypatch.delenv("ATTNSWEEP_OVERLAP_DEVICE")
+    monkeypatch.setenv("ATTNSWEEP_OVERLAP_DEVICE", "1")
     embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings.now())
     assert embedded._overlap is None   # the backend decides: a GPU one overlaps
+    monkeypatch.delenv("ATTNSWEEP_OVERLAP_DEVICE")
+    embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings.now())
+    assert embedded._overlap is False  # the default: one after the other
 
 
 @pytest.mark.timeout(120)
