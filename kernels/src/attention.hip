@@ -1043,7 +1043,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 
     // FlashAttention 2's order: V(t) is asked for once K(t) is in, so a block has one tile in
     // flight. (Decode asking for V(t) beside K(t), two tiles in flight, measured no faster on
-    // the H200: docs/decisions.md, "Decode's short shapes".)
+    // the H200: docs/decisions.md, "Decode against its floor".)
     const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
     float s[NST][4];
     if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, key_begin);

@@ -143,8 +143,8 @@ def test_round_to_bf16_from_float64_rounds_once():
 
 def test_the_installed_ml_dtypes_casts_float64_to_bf16_once():
     # SPEC §1 casts "through ml_dtypes": with 0.7 and later (pyproject.toml) that cast and
-    # make_inputs agree. An older one rounds twice, and its casts elsewhere (the verifier's
-    # reference cast to bf16) differ from ours in the last bit now and then.
+    # make_inputs agree. An older one rounds twice, and wherever float64 is cast to bf16 through
+    # it (reference/metrics.py casts the reference to the output's type) a last bit can differ.
     x = hard_values()
     with np.errstate(all="ignore"):
         theirs = x.astype(ml_dtypes.bfloat16).view(np.uint16)
