@@ -145,7 +145,7 @@ class Ours:
             for call in calls:
                 call()
 
-        run.out, run.keep, run.variant, run.calls = out, keep, prepared.variant, calls
+        run.out, run.keep, run.variant, run.calls, run.loaded = out, keep, prepared.variant, calls, loaded
         return run
 
 

@@ -164,7 +164,7 @@ class Variant:
         if self.path != "mma":
             return 0
         tiles = self.tile_n * (self.dqk_bucket + 8 + self.dv_bucket + 8) * 2
-        merge = (self.key_groups // 2) * (self.block_m // 16) * 16 * (self.dv_bucket + 2) * 4
+        merge = (self.key_groups // 2) * (self.block_m // 16) * (32 + 16 * (self.dv_bucket + 8)) * 4
         return max(tiles, merge)
 
     @property
@@ -234,8 +234,9 @@ MMA_MAX_SHARED = 99 * 1024
 # to FUSED_COMBINE_MAX_SPLITS; past that the combine kernel runs. The one level was measured
 # faster than the combine kernel at 3 and 6 splits and slower at 47 (docs/decisions.md); the two
 # levels pass the GPU tests but were slower too (H200: 30.7 against 20.5 µs at 128 splits on
-# (1,8,1,65536,128)), so by default they stay off (8); ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS=1024
-# turns them on for a kernel or device where that may differ.
+# (1,8,1,65536,128); with the combine read in registers, H100: 28.1 against 22.9), so by default
+# they stay off (8); ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS=1024 turns them on for a kernel or device
+# where that may differ.
 FUSED_COMBINE_ONE_LEVEL = 8
 FUSED_COMBINE_MAX_SPLITS = int(os.environ.get("ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS", "8"))
 
@@ -390,10 +391,8 @@ def fuses_combine(config: AttentionConfig, variant: Variant, max_splits: int | N
     """Whether the split kernel combines the splits itself (the mma decode variant, up to
     max_splits, default FUSED_COMBINE_MAX_SPLITS): one launch, not two. Its last blocks to finish
     combine, in one level or two (fused_combine_group), none waiting on another."""
-    widest = max(fused_combine_group(config.split_kv), fused_combine_groups(config.split_kv))
     limit = FUSED_COMBINE_MAX_SPLITS if max_splits is None else max_splits
-    return (variant.path == "mma" and variant.block_m == 16 and 1 < config.split_kv <= limit
-            and (4 + variant.block_m * (widest + 2)) * 4 <= variant.shared_bytes)
+    return variant.path == "mma" and variant.block_m == 16 and 1 < config.split_kv <= limit
 
 
 def fused_combine_group(split_kv: int) -> int:

@@ -559,6 +559,29 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
     }
 }
 
+// ---- timeline marks (bench/trace_combine.py; compiled only with -DATTN_TRACE) -------------
+// Thread 0 of a block writes the global nanosecond timer and its SM's clock at mark k of its
+// block's row: where the fused combine's time goes, block by block, on the device itself.
+#ifdef ATTN_TRACE
+#define ATTN_TRACE_BLOCKS 4096
+__device__ unsigned long long attn_trace[ATTN_TRACE_BLOCKS * 16];     // split kernel
+__device__ unsigned long long attn_trace_c[ATTN_TRACE_BLOCKS * 16];   // combine kernel
+__device__ __forceinline__ void attn_mark(unsigned long long* trace, int k) {
+    if (threadIdx.x != 0) return;
+    const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (bid >= ATTN_TRACE_BLOCKS) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    trace[bid * 16 + k] = t;
+    trace[bid * 16 + 8 + k] = (unsigned long long)clock64();
+}
+#define ATTN_MARK(k) attn_mark(attn_trace, k)
+#define ATTN_MARK_C(k) attn_mark(attn_trace_c, k)
+#else
+#define ATTN_MARK(k) ((void)0)
+#define ATTN_MARK_C(k) ((void)0)
+#endif
+
 // ---- the fused combine of the tensor-core decode kernel ----------------------------------
 // Plain device code, compiled with that kernel and by the host emulation, whose tests run it.
 #if defined(ATTN_HAVE_MMA_SM80) || defined(ATTN_HOST_EMULATION)
@@ -566,67 +589,68 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 // Combines `count` partials of one row tile, `step` rows apart (in_o / in_lse: the first one's
 // row 0), as attn_splitkv_combine does (no validity mask, M = -FLT_MAX when every LSE_s is
 // -inf, O = 0 and LSE = -inf on a zero denominator). final: into O and LSE; otherwise into the
-// partial at out_o / out_lse (row 0), normalized with its LSE like a split's. Partials are read
-// past L1 (__ldcg): other SMs wrote them. Of the kv head's rows (head-major: row rr is head
-// h0 + rr / sq, query rr % sq), this tile holds first_row.. first_row + BM - 1; those below
-// rows_per_kv are real.
-template <typename T, int BM, int NT>
-__device__ __forceinline__ void attn_combine_tile(
-    unsigned char* smem, const float* in_o, const float* in_lse, int count, long long step,
+// partial at out_o / out_lse (row 0), normalized with its LSE like a split's. Of the kv head's
+// rows (head-major: row rr is head h0 + rr / sq, query rr % sq), this tile holds first_row..
+// first_row + BM - 1; those below rows_per_kv are real.
+// A thread takes four value dims of one row and reads, for up to C partials at
+// once, their LSEs and its four dims together, into registers: one round trip to L2 per chunk,
+// no shared memory and no barrier. (The version that staged the LSEs and weights in shared
+// memory behind two barriers took 12,000-15,000 cycles a level on the first timelines.) Past one
+// chunk the running maximum rescales, as the split kernel's online softmax does. Partials are
+// read past L1 (__ldcg): other SMs wrote them.
+// One copy of the code for both levels (not inlined). C partials a round trip, chosen by the
+// caller per head dim (attn_splitkv_fwd_mma: COMBINE_CHUNK): on the H100's timelines
+// (bench/trace_combine.py, 2026-12-05) four made a level faster (about 9,000 cycles against
+// 15,000-17,000 for 11-12 partials of 8 rows, and (8,32,8,4096,128) 52.5 against 55.6 µs), but
+// the D = 256 decode kernel, which runs at the register limit, then spilled 144 bytes instead of
+// 128 and ran 1.2x slower (850 against 711 µs on (8,32,8,32768,256), tune_mma.py, same run).
+template <typename T, int BM, int NT, int C>
+__device__ __noinline__ void attn_combine_tile(
+    const float* in_o, const float* in_lse, int count, long long step,
     bool final, T* __restrict__ o, float* __restrict__ lse, float* out_o, float* out_lse,
     int first_row, int rows_per_kv, int h0, int b, int hq, int sq, int dv,
     long long o_sb, long long o_sh, long long o_ss, long long o_sd)
 {
-    const int tid = (int)threadIdx.x;
-    float* w_s = reinterpret_cast<float*>(smem) + 4;    // [BM][count]: LSEs, then weights
-    float* den_s = w_s + BM * count;                      // [BM]
-    float* m_s = den_s + BM;                              // [BM]
-    auto row_of = [&](int r, int& h, int& qi) -> long long {   // -1: a padding row
-        const int rr = first_row + r;
-        if (rr >= rows_per_kv) return -1;
-        h = h0 + rr / sq;
-        qi = rr % sq;
-        return ((long long)b * hq + h) * sq + qi;
-    };
-    // The LSEs of every (real row, partial) at once into shared memory, then per row its maximum
-    // and weights from there: a row's partials are not read one global latency after another.
     const int nreal = min(BM, rows_per_kv - first_row);
-    for (int i = tid; i < nreal * count; i += NT) {
-        int h, qi;
-        const long long row = row_of(i / count, h, qi);
-        w_s[i] = __ldcg(in_lse + (long long)(i % count) * step + row);
-    }
-    __syncthreads();
-    if (tid < nreal) {
-        float* w = w_s + tid * count;
-        float mx = -ATTN_FLT_MAX;   // fmaxf skips a NaN LSE_s, whose weight then shows it
-        for (int sp = 0; sp < count; ++sp) mx = fmaxf(mx, w[sp]);
-        float den = 0.0f;
-        for (int sp = 0; sp < count; ++sp) {
-            w[sp] = expf(w[sp] - mx);
-            den += w[sp];
-        }
-        den_s[tid] = den;
-        m_s[tid] = mx;
-    }
-    __syncthreads();
-    // Four value dims per thread and step (dv is a multiple of 8 on this path: 16-byte loads),
-    // only the tile's real rows, the partials' loads unrolled so that several are in flight.
-    const int dv4 = dv / 4;
-    for (int i = tid; i < nreal * dv4; i += NT) {
+    const int dv4 = dv / 4;    // dv is a multiple of 8 on this path: 16-byte loads
+    for (int i = (int)threadIdx.x; i < nreal * dv4; i += NT) {
         const int r = i / dv4, d = (i % dv4) * 4;
-        int h, qi;
-        const long long row = row_of(r, h, qi);
-        float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const int rr = first_row + r;
+        const int h = h0 + rr / sq, qi = rr % sq;
+        const long long row = ((long long)b * hq + h) * sq + qi;
         const float* op = in_o + row * dv + d;
-#pragma unroll 8
-        for (int sp = 0; sp < count; ++sp) {
-            const float w = w_s[r * count + sp];
-            const float4 x = __ldcg(reinterpret_cast<const float4*>(op + (long long)sp * step * dv));
-            num.x += w * x.x; num.y += w * x.y; num.z += w * x.z; num.w += w * x.w;
+        float mx = -ATTN_FLT_MAX, den = 0.0f;   // fmaxf skips a NaN LSE_s, whose weight then shows it
+        float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int c0 = 0; c0 < count; c0 += C) {
+            const int n = min(C, count - c0);
+            float ls[C];
+            float4 x[C];
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                if (j < n) {
+                    ls[j] = __ldcg(in_lse + (long long)(c0 + j) * step + row);
+                    x[j] = __ldcg(reinterpret_cast<const float4*>(op + (long long)(c0 + j) * step * dv));
+                }
+            }
+            float m2 = mx;
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                if (j < n) m2 = fmaxf(m2, ls[j]);
+            const float sc = expf(mx - m2);   // 1 in the first chunk (both -FLT_MAX or mx == m2)
+            den *= sc; num.x *= sc; num.y *= sc; num.z *= sc; num.w *= sc;
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                if (j < n) {
+                    const float w = expf(ls[j] - m2);
+                    den += w;
+                    num.x += w * x[j].x; num.y += w * x[j].y; num.z += w * x[j].z; num.w += w * x[j].w;
+                }
+            }
+            mx = m2;
         }
-        const float den = den_s[r];
         const bool zero = den == 0.0f;
+        if (d == 0 && (lse || !final))
+            (final ? lse : out_lse)[row] = zero ? ATTN_NEG_INF : mx + logf(den);
         if (!final) {
             *reinterpret_cast<float4*>(out_o + row * dv + d) =
                 zero ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : make_float4(num.x / den, num.y / den, num.z / den, num.w / den);
@@ -638,18 +662,12 @@ __device__ __forceinline__ void attn_combine_tile(
         out[2 * o_sd] = attn_from_float<T>(zero ? 0.0f : num.z / den);
         out[3 * o_sd] = attn_from_float<T>(zero ? 0.0f : num.w / den);
     }
-    if (tid < nreal && (lse || !final)) {
-        int h, qi;
-        const long long row = row_of(tid, h, qi);
-        const float val = den_s[tid] == 0.0f ? ATTN_NEG_INF : m_s[tid] + logf(den_s[tid]);
-        (final ? lse : out_lse)[row] = val;
-    }
 }
 
 // The combine fused into the split kernel (combine_count set: the host's fuses_combine), with
 // no block waiting on another. Called by every thread of a block after its partials are written
-// and fenced. Splits come in groups of `group` (the host's fused_combine_group): the last block of
-// a group to finish, counted by an atomic per (row tile, group), combines the group. With one
+// and a barrier. Splits come in groups of `group` (the host's fused_combine_group): the last block
+// of a group to finish, counted by an atomic per (row tile, group), combines the group. With one
 // group that is the whole combine (O and LSE). With several, it writes the group's result as a
 // partial of its own into group_part, and the last of the groups' combiners, counted by one more
 // atomic per row tile, combines those. Two levels of about sqrt(splits) reads each, not one
@@ -657,10 +675,13 @@ __device__ __forceinline__ void attn_combine_tile(
 // split kernel wrote them, for the verifier. Each counter is zeroed by the block that saw itself
 // last, for the next launch. Not inlined: it runs once per block and must not take registers
 // from the main loop.
+// Ordering, as cooperative groups' grid barrier does it: the block's barrier, then thread 0 alone
+// fences (releasing what every thread of the block wrote) before its atomic, and the block that
+// comes last fences again (acquiring) before the barrier that lets its threads read. (A fence in
+// every thread cost about 800 cycles a block on the H100's first timelines.)
 // combine_count: per row tile, one counter (one group) or groups + 1. group_part (several
-// groups): O [groups][rows][dv], then LSE [groups][rows]. smem: at least
-// (4 + BM * (max(group, groups) + 2)) floats.
-template <typename T, int BM, int NT>
+// groups): O [groups][rows][dv], then LSE [groups][rows]. smem: one int.
+template <typename T, int BM, int NT, int C>
 __device__ __noinline__ void attn_fused_combine(
     unsigned char* smem, const float* o_part, const float* lse_part,
     T* __restrict__ o, float* __restrict__ lse, int* __restrict__ combine_count, float* group_part,
@@ -672,33 +693,53 @@ __device__ __noinline__ void attn_fused_combine(
     const int groups = (num_splits + group - 1) / group;
     int* count = combine_count + (long long)blockIdx.x * (groups > 1 ? groups + 1 : 1);
     const int gi = (int)blockIdx.y / group, first = gi * group, members = min(group, num_splits - first);
-    if (tid == 0) last_s[0] = atomicAdd(&count[gi], 1) == members - 1;
+    if (tid == 0) {
+        __threadfence();                  // this block's partials, before it counts
+        const bool last = atomicAdd(&count[gi], 1) == members - 1;
+        if (last) __threadfence();        // every member's partials, before this block reads them
+        last_s[0] = last;
+    }
     __syncthreads();
     if (!last_s[0]) return;
-    __threadfence();
+    ATTN_MARK(3);
     if (groups == 1) {
-        attn_combine_tile<T, BM, NT>(smem, o_part, lse_part, num_splits, rows, true, o, lse, nullptr, nullptr,
+        attn_combine_tile<T, BM, NT, C>(o_part, lse_part, num_splits, rows, true, o, lse, nullptr, nullptr,
                                      first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
         if (tid == 0) count[0] = 0;
+        ATTN_MARK(6);
+#ifdef ATTN_TRACE_TWICE   // the same combine again, its code now in this SM's instruction cache
+        attn_combine_tile<T, BM, NT, C>(o_part, lse_part, num_splits, rows, true, o, lse, nullptr, nullptr,
+                                     first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
+        ATTN_MARK(7);
+#endif
         return;
     }
     float* group_lse = group_part + (long long)groups * rows * dv;
-    attn_combine_tile<T, BM, NT>(smem, o_part + (long long)first * rows * dv, lse_part + (long long)first * rows,
+    attn_combine_tile<T, BM, NT, C>(o_part + (long long)first * rows * dv, lse_part + (long long)first * rows,
                                  members, rows, false, o, lse, group_part + (long long)gi * rows * dv,
                                  group_lse + (long long)gi * rows,
                                  first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
-    __threadfence();                      // the group's partial is visible before it counts
-    __syncthreads();
+    ATTN_MARK(4);
+    __syncthreads();                      // the group's partial is written, and last_s read
     if (tid == 0) {
         count[gi] = 0;
-        last_s[0] = atomicAdd(&count[groups], 1) == groups - 1;
+        __threadfence();                  // the group's partial, before it counts
+        const bool last = atomicAdd(&count[groups], 1) == groups - 1;
+        if (last) __threadfence();
+        last_s[0] = last;
     }
     __syncthreads();
     if (!last_s[0]) return;
-    __threadfence();
-    attn_combine_tile<T, BM, NT>(smem, group_part, group_lse, groups, rows, true, o, lse, nullptr, nullptr,
+    ATTN_MARK(5);
+    attn_combine_tile<T, BM, NT, C>(group_part, group_lse, groups, rows, true, o, lse, nullptr, nullptr,
                                  first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
     if (tid == 0) count[groups] = 0;
+    ATTN_MARK(6);
+#ifdef ATTN_TRACE_TWICE
+    attn_combine_tile<T, BM, NT, C>(group_part, group_lse, groups, rows, true, o, lse, nullptr, nullptr,
+                                 first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
+    ATTN_MARK(7);
+#endif
 }
 #endif
 
@@ -783,9 +824,16 @@ __device__ __forceinline__ unsigned attn_pack2(float a, float b, __hip_bfloat16)
 }
 
 template <int DQK_B, int DV_B, int BN, int WM, int WN>
+// 1: the key groups' merge slots pad each row of O by 8 floats and move two floats at a time.
+// Unpadded (0, to compare), the 8 rows a warp writes or reads at once start in the same bank: an
+// 8-way conflict on every access, about 3,600 cycles at the end of every decode block on the
+// first timelines (bench/trace_combine.py, "epilogue cycles").
+#ifndef ATTN_MMA_MERGE_PAD
+#define ATTN_MMA_MERGE_PAD 1
+#endif
 struct AttnMmaSmem {
     static constexpr int tiles = BN * (DQK_B + 8 + DV_B + 8) * 2;
-    static constexpr int merge = (WN / 2) * WM * 16 * (DV_B + 2) * 4;
+    static constexpr int merge = (WN / 2) * WM * (32 + 16 * (DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0))) * 4;
     static constexpr int bytes = tiles > merge ? tiles : merge;
 };
 
@@ -823,6 +871,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     constexpr int KQ = DQK_B / 16;         // k steps of Q.K^T
     constexpr int NOV = DV_B / 8;          // 8-dim column tiles of O
     constexpr int CK = DQK_B / 8, CV = DV_B / 8;   // 16-byte chunks of a K / V row
+    constexpr int COMBINE_CHUNK = DV_B > 128 ? 16 : 4;   // the fused combine's partials a round trip
     // Shared rows of 8, 16 or 32 chunks (head dims 64, 128, 256) are stored unpadded with chunk c
     // of row r at c ^ (r & 7): a warp's cp.async writes whole aligned rows (with padded rows it
     // split into more, partial requests: 1.4x the L2 traffic of flash's decode kernel under Nsight
@@ -839,6 +888,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     static_assert(sizeof(T) == 2 && SMEM <= 99 * 1024, "mma path: 16-bit types, 99 KB of shared memory (variants.py MMA_MAX_SHARED)");
     static_assert(NT % CK == 0 && NT % CV == 0 && (BN * CK) % NT == 0 && (BN * CV) % NT == 0, "mma path: tile loads");
 
+    ATTN_MARK(0);
     unsigned char* smem = attn_mma_smem;
     {
         unsigned have;
@@ -1064,6 +1114,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         tile_pv(v_s, s);
     }
     attn_cp_wait<0>();
+    ATTN_MARK(1);
 
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
@@ -1074,7 +1125,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     // Merge the key groups' states (WN > 1): in rounds, warps wn in [h, 2h) hand theirs to wn - h.
     if (WN > 1) {
         float* ms = reinterpret_cast<float*>(smem);
-        constexpr int SLOT = 16 * (DV_B + 2);   // m[16], l[16], o[16][DV_B]
+        constexpr int OS = DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0);   // a row of o: 8 mod 32 banks apart
+        constexpr int SLOT = 32 + 16 * OS;      // m[16], l[16], o[16][OS]
 #pragma unroll
         for (int h = WN / 2; h >= 1; h /= 2) {
             __syncthreads();                  // the tiles, or the last round's slots, are free
@@ -1086,8 +1138,13 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     if (tq == 0) { slot[r] = m[x]; slot[16 + r] = l[x]; }
 #pragma unroll
                     for (int n = 0; n < NOV; ++n) {
-                        slot[32 + r * DV_B + n * 8 + tq * 2] = acc[n][2 * x];
-                        slot[32 + r * DV_B + n * 8 + tq * 2 + 1] = acc[n][2 * x + 1];
+                        float* at = slot + 32 + r * OS + n * 8 + tq * 2;
+                        if (ATTN_MMA_MERGE_PAD) {
+                            *reinterpret_cast<float2*>(at) = make_float2(acc[n][2 * x], acc[n][2 * x + 1]);
+                        } else {
+                            at[0] = acc[n][2 * x];
+                            at[1] = acc[n][2 * x + 1];
+                        }
                     }
                 }
             }
@@ -1105,8 +1162,10 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     l[x] = l[x] * sa + lo * sb;
 #pragma unroll
                     for (int n = 0; n < NOV; ++n) {
-                        acc[n][2 * x] = acc[n][2 * x] * sa + slot[32 + r * DV_B + n * 8 + tq * 2] * sb;
-                        acc[n][2 * x + 1] = acc[n][2 * x + 1] * sa + slot[32 + r * DV_B + n * 8 + tq * 2 + 1] * sb;
+                        const float* at = slot + 32 + r * OS + n * 8 + tq * 2;
+                        const float2 ov = ATTN_MMA_MERGE_PAD ? *reinterpret_cast<const float2*>(at) : make_float2(at[0], at[1]);
+                        acc[n][2 * x] = acc[n][2 * x] * sa + ov.x * sb;
+                        acc[n][2 * x + 1] = acc[n][2 * x + 1] * sa + ov.y * sb;
                     }
                 }
             }
@@ -1150,11 +1209,11 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 
     // The combine, fused (decode): the last blocks to finish combine, in one or two levels.
     if (combine_count) {
-        __threadfence();                      // this block's partials are visible before it counts
-        __syncthreads();
-        attn_fused_combine<T, BM, NT>(smem, o_part, lse_part, o, lse, combine_count, group_part, grp * BM, rows_per_kv,
-                                      kvh * ratio, b, hq, sq, dv, rows, o_sb, o_sh, o_ss, o_sd, num_splits,
-                                      combine_group);
+        __syncthreads();                      // every thread's partials are written (thread 0 fences)
+        ATTN_MARK(2);
+        attn_fused_combine<T, BM, NT, COMBINE_CHUNK>(smem, o_part, lse_part, o, lse, combine_count, group_part, grp * BM, rows_per_kv,
+                                                      kvh * ratio, b, hq, sq, dv, rows, o_sb, o_sh, o_ss, o_sd,
+                                                      num_splits, combine_group);
     }
 }
 #endif  // ATTN_HAVE_MMA_SM80
@@ -1202,6 +1261,7 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
     __shared__ float t_s[NT / 32];
     __shared__ float red_s[NT];
 
+    ATTN_MARK_C(0);
     const int tid = (int)threadIdx.x;
     const long long row = (long long)blockIdx.x;
     const long long rows = (long long)g * hq * sq;
@@ -1242,4 +1302,5 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
         op[(long long)d * o_sd] = attn_from_float<OT>(zero ? 0.0f : tot / den);
     }
     if (lse && blockIdx.y == 0 && tid == 0) lse[row] = attn_from_float<LT>(zero ? ATTN_NEG_INF : M + logf(den));
+    ATTN_MARK_C(7);
 }

@@ -26,6 +26,7 @@ HARNESS = r'''
 // which the harness renames through `order`: the blocks finish in that order. Each block first
 // writes its split's partials from src (as the split kernel does), so that a combine run before
 // every split it reads has written reads the NaN the buffers start with.
+template <int C>
 __global__ void fused_combine_harness(const float* src_o, const float* src_lse, float* o_part, float* lse_part,
                                       float* o, float* lse, int* count, float* group_part, const int* order,
                                       int ratio, int hq, int dv, int num_splits, int group) {
@@ -40,17 +41,18 @@ __global__ void fused_combine_harness(const float* src_o, const float* src_lse, 
         const long long at = (long long)blockIdx.y * rows + blockIdx.x * ratio + threadIdx.x;
         lse_part[at] = src_lse[at];
     }
-    __threadfence();
     __syncthreads();
-    attn_fused_combine<float, %(BM)d, %(NT)d>(smem, o_part, lse_part, o, lse, count, group_part, 0, ratio,
+    attn_fused_combine<float, %(BM)d, %(NT)d, C>(smem, o_part, lse_part, o, lse, count, group_part, 0, ratio,
                                             (int)blockIdx.x * ratio, 0, hq, 1, dv, rows,
                                             (long long)hq * dv, dv, dv, 1, num_splits, group);
 }
+// chunk: the partials a thread reads per round trip (the kernel takes 4 or 16 by head dim)
 extern "C" void run(const float* so, const float* sl, float* op, float* lp, float* o, float* lse, int* count,
                     float* gp, const int* order, int ratio, int hq, int dv, int num_splits, int group,
-                    unsigned tiles) {
+                    unsigned tiles, int chunk) {
     void* p[] = {&so, &sl, &op, &lp, &o, &lse, &count, &gp, &order, &ratio, &hq, &dv, &num_splits, &group};
-    attn_emu_launch(&fused_combine_harness, p, tiles, (unsigned)num_splits, 1, %(NT)d);
+    if (chunk == 4) attn_emu_launch(&fused_combine_harness<4>, p, tiles, (unsigned)num_splits, 1, %(NT)d);
+    else attn_emu_launch(&fused_combine_harness<16>, p, tiles, (unsigned)num_splits, 1, %(NT)d);
 }
 ''' % {"BM": BM, "NT": NT}
 
@@ -68,7 +70,7 @@ def harness(tmp_path_factory):
     return ctypes.CDLL(str(lib))
 
 
-def fused(harness, o_part, lse_part, hkv, *, group=None, order=None, count=None, rng=None):
+def fused(harness, o_part, lse_part, hkv, *, group=None, order=None, count=None, rng=None, chunk=4):
     """O [hq, dv] and LSE [hq] as the kernel's fused combine writes them, and its counters after.
     Asserts that the splits' partials are left as the blocks wrote them (the verifier reads them)."""
     s, hq, dv = o_part.shape
@@ -86,7 +88,7 @@ def fused(harness, o_part, lse_part, hkv, *, group=None, order=None, count=None,
     f = ctypes.c_void_p
     harness.run(f(so.ctypes.data), f(sl.ctypes.data), f(op.ctypes.data), f(lp.ctypes.data), f(o.ctypes.data), f(lse.ctypes.data), f(count.ctypes.data),
                 f(gp.ctypes.data), f(order.ctypes.data), ctypes.c_int(hq // hkv), ctypes.c_int(hq), ctypes.c_int(dv),
-                ctypes.c_int(s), ctypes.c_int(group), ctypes.c_uint(hkv))
+                ctypes.c_int(s), ctypes.c_int(group), ctypes.c_uint(hkv), ctypes.c_int(chunk))
     assert op.tobytes() == so.tobytes() and lp.tobytes() == sl.tobytes()
     return o, lse, count
 
@@ -99,11 +101,12 @@ def partials(rng, s, hq, dv, empty=0.0):
 
 
 @needs_gxx
+@pytest.mark.parametrize("chunk", [4, 16])
 @pytest.mark.parametrize("s", [2, 8, 9, 37, 128, 400])
-def test_fused_combine_equals_the_unmasked_combine_at_any_split_count(harness, s):
+def test_fused_combine_equals_the_unmasked_combine_at_any_split_count(harness, s, chunk):
     rng = np.random.default_rng(s)
     o_part, lse_part = partials(rng, s, hq=8, dv=16, empty=0.3)
-    o, lse, count = fused(harness, o_part, lse_part, hkv=2, rng=rng)
+    o, lse, count = fused(harness, o_part, lse_part, hkv=2, rng=rng, chunk=chunk)
     want_o, want_lse = combine_unmasked(o_part, lse_part)
     np.testing.assert_allclose(o, want_o, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(lse, want_lse, rtol=2e-6, atol=2e-6)

@@ -181,6 +181,8 @@ INSTANCES = [
     ("sm_80", []), ("sm_90", []),
     # the comparison builds: padded rows everywhere, no L2 fetch hint (docs/decisions.md)
     ("sm_90", ["-DATTN_MMA_SWIZZLE=0", "-DATTN_CP_L2_PREFETCH=0"]),
+    # the timeline marks of bench/trace_combine.py
+    ("sm_90", ["-DATTN_TRACE=1"]),
 ])
 def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list[str]):
     # the combine kernels too (one per output type; variants share them)
@@ -207,3 +209,20 @@ def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list
     assert "0 bytes spill stores" in decode
     regs = int(re.search(r"Used (\d+) registers", decode).group(1))
     assert regs * dec.threads * dec.min_blocks <= 65536
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
+def test_the_d256_decode_kernel_spills_no_more_than_it_did(tmp_path: Path):
+    """The D = 256 decode variant runs at the register limit and spills. Code after its main loop
+    that made it spill 144 bytes instead of 128 (ATTN_COMBINE_CHUNK=4) made it 1.2x slower on an
+    H100 (docs/decisions.md, "Decode's fixed costs"): the production build's spills must not grow."""
+    wide = select_variant(cfg(head_dim_qk=256, head_dim_v=256), mma=True)
+    assert (wide.dqk_bucket, wide.tile_n, wide.key_groups, wide.min_blocks) == (256, 64, 4, 2)
+    unit = tmp_path / "wide.cu"
+    unit.write_text(f'#include "attention.hip"\nvoid* instances[] = {{ (void*)&{wide.fwd_expr} }};\n')
+    proc = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-std=c++17", f"-I{SRC_DIR}", "-Xptxas", "-v",
+                           str(unit), "-o", str(tmp_path / "wide.cubin")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernel = next(s for s in re.split(r"Function properties for ", proc.stderr) if s.startswith("_Z20attn_splitkv_fwd_mma"))
+    spills = int(re.search(r"(\d+) bytes spill stores", kernel).group(1))
+    assert spills <= 128, f"the D = 256 decode kernel spills {spills} bytes (128 before)"
