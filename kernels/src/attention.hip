@@ -601,9 +601,10 @@ __device__ __forceinline__ void attn_mark(unsigned long long* trace, int k) {
 // One copy of the code for both levels (not inlined). C partials a round trip, chosen by the
 // caller per head dim (attn_splitkv_fwd_mma: COMBINE_CHUNK): on the H100's timelines
 // (bench/trace_combine.py, 2026-12-05) four made a level faster (about 9,000 cycles against
-// 15,000-17,000 for 11-12 partials of 8 rows, and (8,32,8,4096,128) 52.5 against 55.6 µs), but
-// the D = 256 decode kernel, which runs at the register limit, then spilled 144 bytes instead of
-// 128 and ran 1.2x slower (850 against 711 µs on (8,32,8,32768,256), tune_mma.py, same run).
+// 15,000-17,000 for 11-12 partials of 8 rows; (8,32,8,4096,128) 1.03x cuDNN against 0.97x, two
+// machines), but the D = 256 decode kernel, which runs at the register limit, then spilled 144
+// bytes instead of 128 and ran 1.2x slower (850 against 711 µs on (8,32,8,32768,256),
+// tune_mma.py back to back on one machine).
 template <typename T, int BM, int NT, int C>
 __device__ __noinline__ void attn_combine_tile(
     const float* in_o, const float* in_lse, int count, long long step,
@@ -823,14 +824,14 @@ __device__ __forceinline__ unsigned attn_pack2(float a, float b, __hip_bfloat16)
     return *reinterpret_cast<unsigned*>(&h);
 }
 
-template <int DQK_B, int DV_B, int BN, int WM, int WN>
 // 1: the key groups' merge slots pad each row of O by 8 floats and move two floats at a time.
 // Unpadded (0, to compare), the 8 rows a warp writes or reads at once start in the same bank: an
 // 8-way conflict on every access, about 3,600 cycles at the end of every decode block on the
-// first timelines (bench/trace_combine.py, "epilogue cycles").
+// first timelines (bench/trace_combine.py, "epilogue cycles"; 2,350 padded).
 #ifndef ATTN_MMA_MERGE_PAD
 #define ATTN_MMA_MERGE_PAD 1
 #endif
+template <int DQK_B, int DV_B, int BN, int WM, int WN>
 struct AttnMmaSmem {
     static constexpr int tiles = BN * (DQK_B + 8 + DV_B + 8) * 2;
     static constexpr int merge = (WN / 2) * WM * (32 + 16 * (DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0))) * 4;

@@ -214,8 +214,9 @@ def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
 def test_the_d256_decode_kernel_spills_no_more_than_it_did(tmp_path: Path):
     """The D = 256 decode variant runs at the register limit and spills. Code after its main loop
-    that made it spill 144 bytes instead of 128 (ATTN_COMBINE_CHUNK=4) made it 1.2x slower on an
-    H100 (docs/decisions.md, "Decode's fixed costs"): the production build's spills must not grow."""
+    that made it spill 144 bytes instead of 128 (the fused combine reading 4 partials a round trip)
+    made it 1.2x slower on an H100 (docs/decisions.md, "Decode's fixed costs"): the production
+    build's spills must not grow."""
     wide = select_variant(cfg(head_dim_qk=256, head_dim_v=256), mma=True)
     assert (wide.dqk_bucket, wide.tile_n, wide.key_groups, wide.min_blocks) == (256, 64, 4, 2)
     unit = tmp_path / "wide.cu"
