@@ -46,19 +46,23 @@ def backend_with(defines: list[str]):
     return b
 
 
+def _global(backend, module, name: str) -> tuple[int, int]:
+    """The device address and size of the module's __device__ array `name`."""
+    dptr, nbytes = backend._check(backend._driver.cuModuleGetGlobal(module, name.encode()), "cuModuleGetGlobal")
+    return int(dptr), int(nbytes)
+
+
 def read_marks(backend, module, name: str) -> np.ndarray:
-    d = backend._driver
-    dptr, nbytes = backend._check(d.cuModuleGetGlobal(module, name.encode()), "cuModuleGetGlobal")
+    dptr, nbytes = _global(backend, module, name)
     host = np.zeros(BLOCKS * SLOTS, dtype=np.uint64)
     assert nbytes == host.nbytes
-    backend._rt_dtoh(host, int(dptr))
+    backend._rt_dtoh(host, dptr)
     return host.reshape(BLOCKS, SLOTS)
 
 
 def clear_marks(backend, module, name: str) -> None:
-    d = backend._driver
-    dptr, nbytes = backend._check(d.cuModuleGetGlobal(module, name.encode()), "cuModuleGetGlobal")
-    backend._rt_memset(int(dptr), 4, 0, nbytes // 4)
+    dptr, nbytes = _global(backend, module, name)
+    backend._rt_memset(dptr, 4, 0, nbytes // 4)
 
 
 def timeline(split: np.ndarray, comb: np.ndarray) -> dict:
@@ -67,15 +71,12 @@ def timeline(split: np.ndarray, comb: np.ndarray) -> dict:
     live = split[:, 0] > 0
     t0 = split[live, 0].min()
     out = {}
-    for k, name in [(0, "block start"), (1, "main loop end"), (2, "partials written"), (3, "level-1 combiner in"),
-                    (4, "level-1 combine done"), (5, "final combiner in"), (6, "final combine done"),
-                    (7, "final combine run again")]:
-        col = split[:, k]
-        col = col[col > 0]
-        if col.size:
-            out[name] = {"n": int(col.size), "first": (col.min() - t0) / 1e3, "last": (col.max() - t0) / 1e3}
-    for k, name in [(0, "combine kernel block start"), (7, "combine kernel block end")]:
-        col = comb[:, k]
+    spans = [(split, 0, "block start"), (split, 1, "main loop end"), (split, 2, "partials written"),
+             (split, 3, "level-1 combiner in"), (split, 4, "level-1 combine done"), (split, 5, "final combiner in"),
+             (split, 6, "final combine done"), (split, 7, "final combine run again"),
+             (comb, 0, "combine kernel block start"), (comb, 7, "combine kernel block end")]
+    for marks, k, name in spans:
+        col = marks[:, k]
         col = col[col > 0]
         if col.size:
             out[name] = {"n": int(col.size), "first": (col.min() - t0) / 1e3, "last": (col.max() - t0) / 1e3}
