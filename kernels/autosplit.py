@@ -16,8 +16,9 @@ per split. Two changes, both from the H200 (bench/kernels.py, 2026-12-04; docs/d
 We count slots as SMs x resident blocks per SM (several of our blocks share an SM), and a split
 needs at least one tile of keys (`tile_keys`, the keys a block reads per step). A third change
 for the memory-bound mma decode kernel: it does not split when its unsplit blocks already fill
-two per SM (MMA_SATURATING_BLOCKS_PER_SM), where FlashAttention's rule waits for 80% of every
-slot: the unsplit kernel then streams as fast, and a split adds the combine.
+the SMs with as many as stream at memory speed (mma_saturating_blocks: one per SM up to head
+dims 128, two past them), where FlashAttention's rule waits for 80% of every slot: the unsplit
+kernel then streams as fast, and a split adds the combine.
 """
 from __future__ import annotations
 
@@ -32,10 +33,17 @@ from attnconfig import AttentionConfig
 # spends as long starting and ending as reading, and the combine reads twice the partials.
 DEFAULT_MAX_SPLITS = 128
 EFFICIENCY_SHARE = 0.95
-# Blocks per SM of the mma decode kernel that already stream at the memory's speed: two
-# resident blocks per SM read as fast as three (H200: 256 blocks of 2048 keys ran in 44 µs
-# unsplit, 52 µs in 3 splits; bench/kernels.py, 2026-12-04).
+# Blocks per SM of the mma kernel that already stream at the memory's speed: two resident
+# blocks per SM read as fast as three (H200: 256 blocks of 2048 keys ran in 44 µs unsplit, 52 µs
+# in 3 splits; bench/kernels.py, 2026-12-04).
 MMA_SATURATING_BLOCKS_PER_SM = 2
+# Up to head dims 128 (dqk + dv buckets up to 256) one decode block per SM does. 128 unsplit
+# blocks ran faster than 2 splits of them, on the H200 (16,64,8,8192,128) 127.5-127.8 against
+# 129.9-131.1 µs, (4,32,32,16384,128) 247.8-248.8 against 247.6-247.7 (gpu-2026-12-05-defaults,
+# call1 and call5), and on an H100 179.7 against 182.1 and 353.3 against 355.8 µs
+# (gpu-2026-12-05-h100/call7). At D = 256 two are needed: on the H200 (8,32,8,32768,256) ran
+# 535-536 µs in 128 blocks (2 splits), 497-498 in 256 (4).
+MMA_DECODE_STREAMING_DIMS = 256
 
 
 def num_splits_heuristic(units: int, slots: int, key_tiles: int, max_splits: int = DEFAULT_MAX_SPLITS,
@@ -85,8 +93,14 @@ def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | 
     if tile_keys is None:
         tile_keys = v.tile_n if v.path == "mma" else 128
     key_tiles = -(-config.seq_len_k // tile_keys)
-    saturating = num_sms * MMA_SATURATING_BLOCKS_PER_SM if v.path == "mma" else None
+    saturating = num_sms * mma_saturating_blocks(v) if v.path == "mma" else None
     return num_splits_heuristic(units, num_sms * blocks_per_sm, key_tiles, max_splits, saturating=saturating)
+
+
+def mma_saturating_blocks(v) -> int:
+    """Blocks per SM of the mma variant `v` that stream at memory speed (above)."""
+    decode = v.key_groups > 1      # a tile's keys split over warps: the one-row-tile decode shape
+    return 1 if decode and v.dqk_bucket + v.dv_bucket <= MMA_DECODE_STREAMING_DIMS else MMA_SATURATING_BLOCKS_PER_SM
 
 
 def replace_split(config: AttentionConfig, split_kv: int) -> AttentionConfig:

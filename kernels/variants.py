@@ -58,6 +58,10 @@ MAX_SPLITS = 1024                       # the combine's shared weights (ATTN_MAX
 GROUPED_DTYPES = ("f16", "bf16", "f32")
 GROUPED_MAX_ROWS = 4                    # query rows sharing one K/V pass (more: out of registers)
 MMA_DTYPES = ("f16", "bf16")            # the tensor-core path (NVIDIA sm_80+, attn_splitkv_fwd_mma)
+# The mma path reads Q's fragments from shared memory, not registers, from this DQK bucket on
+# (ATTN_MMA_Q_SMEM_FROM; 512: never): D = 256 spilled with them in registers (docs/decisions.md).
+# The environment variable is for measuring other thresholds.
+MMA_Q_SMEM_FROM = int(os.environ.get("ATTNSWEEP_MMA_Q_SMEM_FROM", "256"))
 MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
 PATHS = ("rowwise", "grouped", "mma")
 MAX_GRID_X = 2**31 - 1
@@ -160,10 +164,12 @@ class Variant:
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the split kernel (AttnMmaSmem in attention.hip; the kernel
         traps if it gets less): room for one K and one V tile of padded rows (the swizzled rows
-        of head dims 64, 128 and 256 use less of it), or the key groups' merge if larger."""
+        of head dims 64, 128 and 256 use less of it) and, from DQK bucket MMA_Q_SMEM_FROM on, for
+        the block's Q rows; or the key groups' merge if larger."""
         if self.path != "mma":
             return 0
-        tiles = self.tile_n * (self.dqk_bucket + 8 + self.dv_bucket + 8) * 2
+        q_rows = self.block_m * (self.dqk_bucket + 8) * 2 if self.dqk_bucket >= MMA_Q_SMEM_FROM else 0
+        tiles = self.tile_n * (self.dqk_bucket + 8 + self.dv_bucket + 8) * 2 + q_rows
         merge = (self.key_groups // 2) * (self.block_m // 16) * (32 + 16 * (self.dv_bucket + 8)) * 4
         return max(tiles, merge)
 
@@ -194,7 +200,8 @@ class Variant:
         return (self.fwd_expr, self.combine_expr)
 
     def macro_options(self) -> list[str]:
-        return [f"-D{defect_macro(d)}=1" for d in self.defects]
+        q_smem = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
+        return q_smem + [f"-D{defect_macro(d)}=1" for d in self.defects]
 
 
 def grouped_rows(config: AttentionConfig) -> int:

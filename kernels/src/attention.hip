@@ -831,9 +831,22 @@ __device__ __forceinline__ unsigned attn_pack2(float a, float b, __hip_bfloat16)
 #ifndef ATTN_MMA_MERGE_PAD
 #define ATTN_MMA_MERGE_PAD 1
 #endif
+// From DQK bucket ATTN_MMA_Q_SMEM_FROM on (the host passes kernels/variants.py MMA_Q_SMEM_FROM),
+// Q's A fragments are read from shared memory at every tile instead of held in registers (64 of
+// them a thread at 256). The D = 256 kernels run at the register limit: with them in registers
+// the decode one spilled 128 bytes, the prefill one 420 (ptxas -v, sm_90); now 0 and 116.
+// ATTN_MMA_Q_SMEM=0 keeps them in registers everywhere (to compare; the host reserves as before).
+#ifndef ATTN_MMA_Q_SMEM
+#define ATTN_MMA_Q_SMEM 1
+#endif
+#ifndef ATTN_MMA_Q_SMEM_FROM
+#define ATTN_MMA_Q_SMEM_FROM 256
+#endif
 template <int DQK_B, int DV_B, int BN, int WM, int WN>
 struct AttnMmaSmem {
-    static constexpr int tiles = BN * (DQK_B + 8 + DV_B + 8) * 2;
+    static constexpr bool q_in_smem = ATTN_MMA_Q_SMEM && DQK_B >= ATTN_MMA_Q_SMEM_FROM;
+    static constexpr int q = q_in_smem ? 16 * WM * (DQK_B + 8) * 2 : 0;   // the rows of Q, as K's
+    static constexpr int tiles = BN * (DQK_B + 8 + DV_B + 8) * 2 + q;
     static constexpr int merge = (WN / 2) * WM * (32 + 16 * (DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0))) * 4;
     static constexpr int bytes = tiles > merge ? tiles : merge;
 };
@@ -884,6 +897,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     constexpr int VS = SWV ? DV_B : DV_B + 8;
     constexpr int KT = BN * (DQK_B + 8);          // elements reserved for the K tile (AttnMmaSmem)
     constexpr int SMEM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN>::bytes;
+    constexpr bool QSM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN>::q_in_smem;
     static_assert(DQK_B % 16 == 0 && DV_B % 16 == 0 && DQK_B <= 256 && DV_B <= 256, "mma path: head dims");
     static_assert(NKW % 16 == 0 && (WN & (WN - 1)) == 0, "mma path: a warp takes a multiple of 16 keys per tile");
     static_assert(sizeof(T) == 2 && SMEM <= 99 * 1024, "mma path: 16-bit types, 99 KB of shared memory (variants.py MMA_MAX_SHARED)");
@@ -898,6 +912,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     }
     T* k_s = reinterpret_cast<T*>(smem);
     T* v_s = k_s + KT;
+    T* q_s = v_s + BN * (DV_B + 8);     // QSM: Q's rows, laid out as K's
 
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp % WM, wn = warp / WM;
@@ -956,16 +971,27 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     }
 #endif
 
-    // A fragments of this warp's Q rows, for every k step (zero past dqk and for padding rows).
-    unsigned qf[KQ][4];
-#pragma unroll
-    for (int kk = 0; kk < KQ; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-            const int r = x & 1, d = kk * 16 + tq * 2 + (x >> 1) * 8;
-            const T* qp = q + (long long)b * q_sb + (long long)rh[r] * q_sh + (long long)rq[r] * q_ss + d;
-            qf[kk][x] = (rvalid[r] && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
+    // A fragments of this warp's Q rows, for every k step (zero past dqk and for padding rows):
+    // in registers, or (QSM) the block's Q rows in shared memory, in K(0)'s cp.async group.
+    unsigned qf[QSM ? 1 : KQ][4];
+    if (QSM) {
+        for (int i = tid; i < BM * CK; i += NT) {
+            const int r = i / CK, c = i % CK, rr = grp * BM + r;
+            const bool ok = rr < rows_per_kv && c * 8 < dqk;
+            const T* src = q + (long long)b * q_sb + (long long)(kvh * ratio + rr / sq) * q_sh
+                           + (long long)(rr % sq) * q_ss + c * 8;
+            attn_cp_async16(q_s + attn_smem_chunk(r, c, KS, SWK), ok ? src : q, ok);
         }
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                const int r = x & 1, d = kk * 16 + tq * 2 + (x >> 1) * 8;
+                const T* qp = q + (long long)b * q_sb + (long long)rh[r] * q_sh + (long long)rq[r] * q_ss + d;
+                qf[QSM ? 0 : kk][x] = (rvalid[r] && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
+            }
+    }
 
     const T* kp = k + (long long)b * k_sb + (long long)kvh * k_sh;
     const T* vp = v + (long long)b * v_sb + (long long)kvh * v_sh;
@@ -999,16 +1025,21 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < KQ; ++kk)
+        for (int kk = 0; kk < KQ; ++kk) {
+            unsigned qa[4];
+            if (QSM)   // lanes 0-15 address rows 0-15 of chunk 2kk, lanes 16-31 of chunk 2kk+1
+                attn_ldsm_x4(qa, q_s + attn_smem_chunk(wm * 16 + (lane & 15), kk * 2 + (lane >> 4), KS, SWK));
 #pragma unroll
             for (int np = 0; np < NST / 2; ++np) {
                 unsigned r[4];
                 const int key = wn * NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 const int c = kk * 2 + ((lane >> 3) & 1);
                 attn_ldsm_x4(r, ks + attn_smem_chunk(key, c, KS, SWK));
-                attn_mma(s[2 * np], qf[kk], r[0], r[1], T());
-                attn_mma(s[2 * np + 1], qf[kk], r[2], r[3], T());
+                const unsigned (&a)[4] = QSM ? qa : qf[QSM ? 0 : kk];
+                attn_mma(s[2 * np], a, r[0], r[1], T());
+                attn_mma(s[2 * np + 1], a, r[2], r[3], T());
             }
+        }
     };
 
     // Masks, scale, bias, then the online softmax of the lane's two rows; s becomes P.

@@ -86,7 +86,22 @@ def test_mma_decode_does_not_split_blocks_that_already_fill_two_per_sm():
     c = decode(32, 32, 8, 2048, 64)
     assert choose_split_kv(c, H200_SMS, mma=True) == 1
     assert choose_split_kv(c, H200_SMS) == 2
-    # below 80% of 2 per SM the wave rule decides, as before
-    assert choose_split_kv(decode(16, 64, 8, 8192, 128), H200_SMS, mma=True) > 1
+    # below 80% of that the wave rule decides, as before
+    assert choose_split_kv(decode(26, 32, 8, 2048, 256), H200_SMS, mma=True) > 1    # 208 blocks (D = 256)
+    assert choose_split_kv(decode(8, 32, 8, 32768, 256), H200_SMS, mma=True) == 4   # 64 blocks (D = 256)
+
+
+def test_mma_decode_up_to_head_dim_128_streams_at_one_block_per_sm():
+    # 128 blocks: no split up to D = 128 (one per SM streams as fast), 2 at D = 256 (two per SM)
+    assert choose_split_kv(decode(16, 64, 8, 8192, 128), H200_SMS, mma=True) == 1
+    assert choose_split_kv(decode(4, 32, 32, 16384, 128), H200_SMS, mma=True) == 1
+    assert choose_split_kv(decode(16, 64, 8, 8192, 256), H200_SMS, mma=True) > 1
+    # 13 x 8 = 104 blocks, below 80% of one per SM (105.6): split
+    assert choose_split_kv(decode(13, 64, 8, 8192, 128), H200_SMS, mma=True) > 1
+    # prefill's mma variant (four row tiles, no key groups) keeps two per SM: 110 blocks split
+    pre = parse_config(dict(dtype="f16", g=1, seq_len_q=64, seq_len_k=8192, num_heads_q=110, num_heads_kv=110,
+                            head_dim_qk=128, head_dim_v=128, split_kv=1, return_lse=False))
+    assert choose_split_kv(pre, H200_SMS, mma=True) > 1
+    assert choose_split_kv(decode(110, 8, 1, 8192, 128), H200_SMS, mma=True) == 1   # 110 decode blocks: not
     assert num_splits_heuristic(200, 396, 32, saturating=264) > 1
     assert num_splits_heuristic(212, 396, 32, saturating=264) == 1
