@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attnconfig import AttentionConfig  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
-from kernels.variants import fused_combine_part_floats, launch_plan  # noqa: E402
+from kernels.variants import launch_plan  # noqa: E402
 
 DECODE = [(1, 32, 8, 131072, 128), (8, 32, 8, 32768, 128), (8, 32, 8, 4096, 128), (16, 64, 8, 8192, 128),
           (4, 32, 32, 16384, 128), (1, 8, 1, 65536, 128), (32, 32, 8, 2048, 64),
@@ -128,16 +128,10 @@ class Ours:
             lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
             keep += [op, lp, lse]
             buf.update(o_part=op.data_ptr(), lse_part=lp.data_ptr(), lse=lse.data_ptr())
-        counters = self.backend.combine_counters(c, loaded.variant)
-        if counters:
-            count = torch.zeros(counters, dtype=torch.int32, device="cuda")
-            keep.append(count)
-            buf["combine_count"] = count.data_ptr()
-            part_floats = fused_combine_part_floats(c)
-            if part_floats:
-                part = torch.empty(part_floats, dtype=torch.float32, device="cuda")
-                keep.append(part)
-                buf["combine_part"] = part.data_ptr()
+        for name, (count, dtype, zeroed) in self.backend.combine_scratch(c, loaded.variant).items():
+            scratch = (torch.zeros if zeroed else torch.empty)(count, dtype=getattr(torch, dtype.name), device="cuda")
+            keep.append(scratch)
+            buf[name] = scratch.data_ptr()
         launches = launch_plan(c, loaded.variant, buf)
         calls = [self.backend.launcher(loaded.functions[ln.kernel], ln) for ln in launches]
 

@@ -631,6 +631,20 @@ class DeviceBackend(Backend, abc.ABC):
         combines itself (fuse_combine and fuses_combine); 0: the combine kernel runs."""
         return fused_combine_counters(config, variant) if self.fuse_combine and fuses_combine(config, variant) else 0
 
+    def combine_scratch(self, config: AttentionConfig, variant: Variant) -> dict[str, tuple[int, np.dtype, bool]]:
+        """The device buffers a call needs beside its inputs and outputs, by launch_plan's names:
+        (elements, dtype, whether zeroed). The fused combine's counters and, with two levels,
+        its group partials; none where the combine kernel runs. Every caller that builds a
+        launch_plan's buffers (run below, bench/kernels.py) allocates from here."""
+        counters = self.combine_counters(config, variant)
+        if not counters:
+            return {}
+        scratch = {"combine_count": (counters, np.dtype(np.int32), True)}
+        part_floats = fused_combine_part_floats(config)
+        if part_floats:
+            scratch["combine_part"] = (part_floats, np.dtype(np.float32), False)
+        return scratch
+
     def cache_key_fields(self, variant: Variant, options: list[str]) -> dict[str, Any]:
         return {
             "variant": variant.name,
@@ -718,13 +732,12 @@ class DeviceBackend(Backend, abc.ABC):
                 size, pattern = nan_fill_pattern(dtype)
                 self._rt_memset(buf[name], size, pattern, count)
             self.last_alloc = {k: int(np.prod(s)) * d.itemsize for k, (s, d) in outputs.items()}
-            counters = self.combine_counters(c, variant)
-            if counters:
-                buf["combine_count"] = self._rt_malloc(4 * counters)
-                self._rt_memset(buf["combine_count"], 4, 0, counters)
-                part_floats = fused_combine_part_floats(c)
-                if part_floats:
-                    buf["combine_part"] = self._rt_malloc(4 * part_floats)
+            scratch = self.combine_scratch(c, variant)
+            for name, (count, dtype, zeroed) in scratch.items():
+                buf[name] = self._rt_malloc(count * dtype.itemsize)
+                if zeroed:
+                    self._rt_memset(buf[name], dtype.itemsize, 0, count)
+            counters = scratch["combine_count"][0] if scratch else 0
             transfer_s = time.perf_counter() - t0
 
             launches = launch_plan(c, variant, buf, quant_scale=float(inputs.get("quant_scale", 1.0)),

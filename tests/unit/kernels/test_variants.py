@@ -387,9 +387,14 @@ def test_a_device_backend_sizes_the_fused_combines_counters_from_the_plan(monkey
     assert backend.combine_counters(many, select_variant(many, mma=True)) == 0   # the combine kernel (default)
     monkeypatch.setattr(variants, "FUSED_COMBINE_MAX_SPLITS", 1024)
     assert backend.combine_counters(many, select_variant(many, mma=True)) == 2 * (8 + 1)   # 8 groups of 8, and theirs
+    # the buffers every caller allocates: zeroed counters, and the groups' O and LSE with two levels
+    assert backend.combine_scratch(fused, v) == {"combine_count": (2, np.dtype(np.int32), True)}
+    assert backend.combine_scratch(many, select_variant(many, mma=True)) == {
+        "combine_count": (18, np.dtype(np.int32), True),
+        "combine_part": (8 * 1 * 8 * 1 * (16 + 1), np.dtype(np.float32), False)}   # groups x g x Hq x Sq x (Dv + 1)
     assert backend.combine_counters(fused, select_variant(fused)) == 0           # a portable path
     backend.fuse_combine = False
-    assert backend.combine_counters(fused, v) == 0
+    assert backend.combine_counters(fused, v) == 0 and backend.combine_scratch(fused, v) == {}
 
 
 @needs_gxx
