@@ -37,8 +37,8 @@ EFFICIENCY_SHARE = 0.95
 # blocks per SM read as fast as three (H200: 256 blocks of 2048 keys ran in 44 µs unsplit, 52 µs
 # in 3 splits; bench/kernels.py, 2026-12-04).
 MMA_SATURATING_BLOCKS_PER_SM = 2
-# Up to head dims 128 (dqk + dv buckets up to 256) one decode block per SM does. 128 unsplit
-# blocks ran faster than 2 splits of them, on the H200 (16,64,8,8192,128) 127.5-127.8 against
+# Up to head dims 128 (dqk + dv buckets up to 256) one decode block per SM does: 128 unsplit
+# blocks ran as fast as or faster than 2 splits of them, on the H200 (16,64,8,8192,128) 127.5-127.8 against
 # 129.9-131.1 µs, (4,32,32,16384,128) 247.8-248.8 against 247.6-247.7 (gpu-2026-12-05-defaults,
 # call1 and call5), and on an H100 179.7 against 182.1 and 353.3 against 355.8 µs
 # (gpu-2026-12-05-h100/call7). At D = 256 two are needed: on the H200 (8,32,8,32768,256) ran
