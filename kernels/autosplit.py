@@ -99,8 +99,7 @@ def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | 
 
 def mma_saturating_blocks(v) -> int:
     """Blocks per SM of the mma variant `v` that stream at memory speed (above)."""
-    decode = v.key_groups > 1      # a tile's keys split over warps: the one-row-tile decode shape
-    return 1 if decode and v.dqk_bucket + v.dv_bucket <= MMA_DECODE_STREAMING_DIMS else MMA_SATURATING_BLOCKS_PER_SM
+    return 1 if v.mma_decode and v.dqk_bucket + v.dv_bucket <= MMA_DECODE_STREAMING_DIMS else MMA_SATURATING_BLOCKS_PER_SM
 
 
 def replace_split(config: AttentionConfig, split_kv: int) -> AttentionConfig:

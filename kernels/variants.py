@@ -156,6 +156,11 @@ class Variant:
         return base
 
     @property
+    def mma_decode(self) -> bool:
+        """The mma path's decode shape (mma_shape): one 16-row tile whose keys split over key groups."""
+        return self.path == "mma" and self.block_m == MMA_DECODE_ROWS
+
+    @property
     def key_groups(self) -> int:
         """mma path: warps that split each tile's keys (WN); the others are row tiles (WM)."""
         return self.threads // 32 // (self.block_m // 16) if self.path == "mma" else 1
@@ -399,7 +404,7 @@ def fuses_combine(config: AttentionConfig, variant: Variant, max_splits: int | N
     max_splits, default FUSED_COMBINE_MAX_SPLITS): one launch, not two. Its last blocks to finish
     combine, in one level or two (fused_combine_group), none waiting on another."""
     limit = FUSED_COMBINE_MAX_SPLITS if max_splits is None else max_splits
-    return variant.path == "mma" and variant.block_m == 16 and 1 < config.split_kv <= limit
+    return variant.mma_decode and 1 < config.split_kv <= limit
 
 
 def fused_combine_group(split_kv: int) -> int:
