@@ -765,6 +765,10 @@ __device__ __noinline__ void attn_fused_combine(
 // sums the f32 P. MINB is the blocks per SM the register budget must allow
 // (__launch_bounds__). Split boundaries, masks, guards and defect switches are those of
 // attn_splitkv_fwd.
+// The host emulation (host_emu.h) runs this kernel too: it supplies the primitives below
+// (ldmatrix, mma.sync, cp.async, the packing of P, the dynamic shared memory) with the PTX
+// ISA's fragment layouts, so the unit tests check this kernel's arithmetic without a GPU.
+#if defined(ATTN_HAVE_MMA_SM80) || defined(ATTN_HOST_EMULATION)
 #if defined(ATTN_HAVE_MMA_SM80)
 
 __device__ __forceinline__ unsigned attn_smem_addr(const void* p) {
@@ -824,6 +828,15 @@ __device__ __forceinline__ unsigned attn_pack2(float a, float b, __hip_bfloat16)
     return *reinterpret_cast<unsigned*>(&h);
 }
 
+__device__ __forceinline__ unsigned attn_dynamic_smem_size() {
+    unsigned have;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+    return have;
+}
+
+extern __shared__ __align__(16) unsigned char attn_mma_smem[];
+#endif  // ATTN_HAVE_MMA_SM80 (the host emulation's versions: host_emu.h)
+
 // 1: the key groups' merge slots pad each row of O by 8 floats and move two floats at a time.
 // Unpadded (0, to compare), the 8 rows a warp writes or reads at once start in the same bank: an
 // 8-way conflict on every access, about 3,600 cycles at the end of every decode block on the
@@ -850,8 +863,6 @@ struct AttnMmaSmem {
     static constexpr int merge = (WN / 2) * WM * (32 + 16 * (DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0))) * 4;
     static constexpr int bytes = tiles > merge ? tiles : merge;
 };
-
-extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 
 // Element offset of 16-byte chunk c of shared row r: swizzled (chunk c ^ (r & 7), the row
 // unpadded) or at its place in a padded row; the loader and both readers go through here.
@@ -905,11 +916,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 
     ATTN_MARK(0);
     unsigned char* smem = attn_mma_smem;
-    {
-        unsigned have;
-        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-        if (have < (unsigned)SMEM) __trap();   // the host's Variant.shared_bytes disagrees
-    }
+    if (attn_dynamic_smem_size() < (unsigned)SMEM) __trap();   // the host's Variant.shared_bytes disagrees
     T* k_s = reinterpret_cast<T*>(smem);
     T* v_s = k_s + KT;
     T* q_s = v_s + BN * (DV_B + 8);     // QSM: Q's rows, laid out as K's
@@ -974,7 +981,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     // A fragments of this warp's Q rows, for every k step (zero past dqk and for padding rows):
     // in registers, or (QSM) the block's Q rows in shared memory, in K(0)'s cp.async group.
     unsigned qf[QSM ? 1 : KQ][4];
-    if (QSM) {
+    if constexpr (QSM) {
         for (int i = tid; i < BM * CK; i += NT) {
             const int r = i / CK, c = i % CK, rr = grp * BM + r;
             const bool ok = rr < rows_per_kv && c * 8 < dqk;
@@ -989,7 +996,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             for (int x = 0; x < 4; ++x) {
                 const int r = x & 1, d = kk * 16 + tq * 2 + (x >> 1) * 8;
                 const T* qp = q + (long long)b * q_sb + (long long)rh[r] * q_sh + (long long)rq[r] * q_ss + d;
-                qf[QSM ? 0 : kk][x] = (rvalid[r] && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
+                qf[kk][x] = (rvalid[r] && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
             }
     }
 
@@ -1027,7 +1034,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
         for (int kk = 0; kk < KQ; ++kk) {
             unsigned qa[4];
-            if (QSM)   // lanes 0-15 address rows 0-15 of chunk 2kk, lanes 16-31 of chunk 2kk+1
+            if constexpr (QSM)   // lanes 0-15 address rows 0-15 of chunk 2kk, lanes 16-31 of chunk 2kk+1
                 attn_ldsm_x4(qa, q_s + attn_smem_chunk(wm * 16 + (lane & 15), kk * 2 + (lane >> 4), KS, SWK));
 #pragma unroll
             for (int np = 0; np < NST / 2; ++np) {
@@ -1248,7 +1255,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                                                       num_splits, combine_group);
     }
 }
-#endif  // ATTN_HAVE_MMA_SM80
+#endif  // ATTN_HAVE_MMA_SM80 || ATTN_HOST_EMULATION
 
 // ---- the combine kernel --------------------------------------------------------------------
 // attn_splitkv_combine<OT, LT, NT>

@@ -1,10 +1,10 @@
 """The tensor-core (mma) path: which configs take it, its variants and launch plan, and that
 attention.hip's NVIDIA-only kernel compiles for sm_80 and sm_90 with nvcc where nvcc exists.
 
-It runs only on NVIDIA GPUs (inline PTX: mma.sync, ldmatrix, cp.async), so the host emulation
-cannot run it; tests/gpu runs it against the reference. Compiling it here catches a broken
-source before a GPU does, and ptxas's report shows whether the decode variants keep their
-accumulators in registers.
+On a GPU it runs only on NVIDIA's (inline PTX: mma.sync, ldmatrix, cp.async); tests/gpu runs it
+there against the reference, and test_mma_emulation.py on the host (host_emu.h emulates those
+instructions). Compiling it here with nvcc catches what only NVIDIA's compiler sees, and
+ptxas's report shows whether the variants keep their accumulators in registers.
 """
 from __future__ import annotations
 

@@ -175,14 +175,18 @@ GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not found: the host emulation needs a C++20 compiler")
 
 
+HOST_EMU_MAX_SHARED = 232448   # host_emu.h's attn_mma_smem (sm_90's opt-in maximum)
+
+
 class HostEmuBackend(DeviceBackend):
     """DeviceBackend whose 'device' is host memory and whose compiler is g++ (tests only)."""
 
     name = "hostemu"
     arch = "host"
 
-    def __init__(self, defects=frozenset(), cache=None):
+    def __init__(self, defects=frozenset(), cache=None, mma=False):
         super().__init__(frozenset(defects), cache=cache or KernelCache(enabled=False))
+        self.mma_capable = mma   # the tensor-core kernel, its NVIDIA instructions emulated (host_emu.h)
         self._mem: dict[int, np.ndarray] = {}
         self._tmp = Path(tempfile.mkdtemp(prefix="attn-hostemu-"))
 
@@ -200,9 +204,10 @@ class HostEmuBackend(DeviceBackend):
         entry = self._tmp / f"{variant.name}.cpp"
         entry.write_text(
             '#include "attention.hip"\n'
-            'extern "C" void emu_launch(int which, void** p, unsigned gx, unsigned gy, unsigned gz, unsigned nt) {\n'
-            f'  if (which == 0) attn_emu_launch(&{variant.fwd_expr}, p, gx, gy, gz, nt);\n'
-            f'  else attn_emu_launch(&{variant.combine_expr}, p, gx, gy, gz, nt);\n'
+            'extern "C" void emu_launch(int which, void** p, unsigned gx, unsigned gy, unsigned gz, unsigned nt,\n'
+            '                           unsigned shared) {\n'
+            f'  if (which == 0) attn_emu_launch(&{variant.fwd_expr}, p, gx, gy, gz, nt, shared);\n'
+            f'  else attn_emu_launch(&{variant.combine_expr}, p, gx, gy, gz, nt, shared);\n'
             '}\n')
         out = self._tmp / f"{variant.name}.so"
         proc = subprocess.run([GXX, *options, "-I", str(SRC_DIR), "-x", "c++", str(entry), "-o", str(out)],
@@ -216,7 +221,7 @@ class HostEmuBackend(DeviceBackend):
         if not path.exists():   # never rewrite a library that may be mapped already
             path.write_bytes(compiled.binary)
         lib = ctypes.CDLL(str(path))
-        lib.emu_launch.argtypes = [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_uint] * 4
+        lib.emu_launch.argtypes = [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_uint] * 5
         return lib
 
     def _rt_get_function(self, module, lowered_name: str):
@@ -224,6 +229,10 @@ class HostEmuBackend(DeviceBackend):
 
     def _rt_activate(self) -> None:
         pass
+
+    def _rt_allow_shared(self, function, nbytes: int) -> None:
+        if nbytes > HOST_EMU_MAX_SHARED:
+            raise NotImplementedError(f"hostemu: {nbytes} B of dynamic shared memory > {HOST_EMU_MAX_SHARED}")
 
     def _rt_malloc(self, nbytes: int) -> int:
         arr = np.empty(nbytes + 64, dtype=np.uint8)
@@ -248,7 +257,7 @@ class HostEmuBackend(DeviceBackend):
     def _rt_launch(self, function, launch: Launch) -> None:
         lib, which = function
         params, keep = pack_kernel_params(launch.args)
-        lib.emu_launch(which, ctypes.addressof(params), *launch.grid, launch.block[0])
+        lib.emu_launch(which, ctypes.addressof(params), *launch.grid, launch.block[0], launch.shared_bytes)
         del keep
 
     def _rt_event_pair(self):
