@@ -63,6 +63,11 @@ MMA_DTYPES = ("f16", "bf16")            # the tensor-core path (NVIDIA sm_80+, a
 # The environment variable is for measuring other thresholds.
 MMA_Q_SMEM_FROM = int(os.environ.get("ATTNSWEEP_MMA_Q_SMEM_FROM", "256"))
 MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
+# Prefill's 16-row tiles per warp (attention.hip MT): 2 reads each K and V fragment once for two
+# products, as FlashAttention 2's 128-row blocks of four warps do, for half the shared-memory
+# reads per mma, where head dims sum to 256 or less. Not yet measured on a GPU, and ptxas reports
+# spills at D = 128 (docs/decisions.md): 1, one tile a warp, stays the default until measured.
+MMA_PREFILL_ROW_TILES = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_ROW_TILES", "1"))
 PATHS = ("rowwise", "grouped", "mma")
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
@@ -108,6 +113,7 @@ class Variant:
     path: str = "rowwise"
     tile_n: int = 0          # mma path: keys per shared-memory tile (the others step by `threads`)
     min_blocks: int = 0      # mma path: blocks per SM its register budget must allow (__launch_bounds__)
+    row_tiles: int = 1       # mma path: 16-row tiles per warp (MT; more than one for prefill only)
 
     def __post_init__(self) -> None:
         if self.dtype not in QK_CPP:
@@ -129,6 +135,10 @@ class Variant:
         if self.path == "mma":
             if self.block_m % 16 or self.threads % 32 or self.tile_n % 16 or self.tile_n <= 0:
                 raise ValueError("mma path: block_m and tile_n must be multiples of 16, threads of 32")
+            if self.row_tiles not in (1, 2) or self.block_m % (16 * self.row_tiles):
+                raise ValueError(f"mma path: row_tiles={self.row_tiles} must be 1 or 2 and divide block_m / 16")
+            if self.row_tiles > 1 and self.key_groups != 1:
+                raise ValueError("mma path: several row tiles a warp only without key groups (prefill)")
             if self.tile_n % (self.key_groups * 16):
                 raise ValueError(f"mma path: tile_n={self.tile_n} gives a warp fewer than 16 keys")
             if not 1 <= self.min_blocks <= 8:
@@ -136,8 +146,8 @@ class Variant:
             if self.shared_bytes > MMA_MAX_SHARED:
                 raise ValueError(f"mma path: {self.shared_bytes} B of shared memory per block > {MMA_MAX_SHARED} "
                                  "(the smallest opt-in limit of the devices with mma.sync)")
-        elif self.tile_n or self.min_blocks:
-            raise ValueError("tile_n, min_blocks: only the mma path has shared-memory tiles")
+        elif self.tile_n or self.min_blocks or self.row_tiles != 1:
+            raise ValueError("tile_n, min_blocks, row_tiles: only the mma path has shared-memory tiles")
         if tuple(sorted(set(self.defects))) != self.defects:
             raise ValueError("defects: must be sorted and unique")
         for d in self.defects:
@@ -148,7 +158,7 @@ class Variant:
         base = (f"attn_{self.dtype}_qk{_bucket_label(self.dqk_bucket)}_v{_bucket_label(self.dv_bucket)}"
                 f"_n{self.block_n}_m{self.block_m}_t{self.threads}")
         if self.path == "mma":
-            base += f"_k{self.tile_n}_b{self.min_blocks}"
+            base += f"_k{self.tile_n}_b{self.min_blocks}" + (f"_r{self.row_tiles}" if self.row_tiles > 1 else "")
         if self.path != "rowwise":
             base += "_" + self.path
         if self.defects:
@@ -161,21 +171,27 @@ class Variant:
         return self.path == "mma" and self.block_m == MMA_DECODE_ROWS
 
     @property
+    def row_warps(self) -> int:
+        """mma path: warps along the rows (WM), each taking row_tiles 16-row tiles."""
+        return self.block_m // 16 // self.row_tiles if self.path == "mma" else 1
+
+    @property
     def key_groups(self) -> int:
-        """mma path: warps that split each tile's keys (WN); the others are row tiles (WM)."""
-        return self.threads // 32 // (self.block_m // 16) if self.path == "mma" else 1
+        """mma path: warps that split each tile's keys (WN); the others are row warps (WM)."""
+        return self.threads // 32 // self.row_warps if self.path == "mma" else 1
 
     @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the split kernel (AttnMmaSmem in attention.hip; the kernel
         traps if it gets less): room for one K and one V tile of padded rows (the swizzled rows
-        of head dims 64, 128 and 256 use less of it) and, from DQK bucket MMA_Q_SMEM_FROM on, for
-        the block's Q rows; or the key groups' merge if larger."""
+        of head dims 64, 128 and 256 use less of it) and, from DQK bucket MMA_Q_SMEM_FROM on or
+        with several row tiles a warp, for the block's Q rows; or the key groups' merge if larger."""
         if self.path != "mma":
             return 0
-        q_rows = self.block_m * (self.dqk_bucket + 8) * 2 if self.dqk_bucket >= MMA_Q_SMEM_FROM else 0
+        q_in_smem = self.dqk_bucket >= MMA_Q_SMEM_FROM or self.row_tiles > 1
+        q_rows = self.block_m * (self.dqk_bucket + 8) * 2 if q_in_smem else 0
         tiles = self.tile_n * (self.dqk_bucket + 8 + self.dv_bucket + 8) * 2 + q_rows
-        merge = (self.key_groups // 2) * (self.block_m // 16) * (32 + 16 * (self.dv_bucket + 8)) * 4
+        merge = (self.key_groups // 2) * self.row_warps * (32 + 16 * (self.dv_bucket + 8)) * 4
         return max(tiles, merge)
 
     @property
@@ -188,8 +204,8 @@ class Variant:
     def fwd_expr(self) -> str:
         if self.path == "mma":
             return (f"attn_splitkv_fwd_mma<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
-                    f"{self.block_n}, {self.tile_n}, {self.block_m // 16}, {self.key_groups}, "
-                    f"{self.min_blocks}>")
+                    f"{self.block_n}, {self.tile_n}, {self.row_warps}, {self.key_groups}, "
+                    f"{self.min_blocks}" + (f", {self.row_tiles}>" if self.row_tiles > 1 else ">"))
         if self.path == "grouped":
             return (f"attn_splitkv_fwd_grouped<{QK_CPP[self.dtype]}, {self.dqk_bucket}, {self.dv_bucket}, "
                     f"{self.block_n}, {self.threads}, {self.block_m}>")
@@ -256,12 +272,15 @@ FUSED_COMBINE_MAX_SPLITS = int(os.environ.get("ATTNSWEEP_FUSED_COMBINE_MAX_SPLIT
 def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[str, int]:
     """block_m, threads, tile_n and min_blocks of the mma path. Decode (a kv head's rows fit one
     16-row tile): one row tile, each tile's keys split over 16-key warp groups
-    (MMA_DECODE_SHAPES). Otherwise (prefill) four row tiles of 16 and 64-key tiles (32 where
-    both head dims together pass 256)."""
+    (MMA_DECODE_SHAPES). Otherwise (prefill) four warps of MMA_PREFILL_ROW_TILES 16-row tiles each
+    (one past 256 summed head dims) and 64-key tiles (32 where both head dims together pass 256)."""
     if config.gqa_ratio * config.seq_len_q <= MMA_DECODE_ROWS:
         _, tile_n, groups, min_blocks = next(x for x in MMA_DECODE_SHAPES if dqk_bucket + dv_bucket <= x[0])
         return {"block_m": 16, "threads": 32 * groups, "tile_n": tile_n, "min_blocks": min_blocks}
     tile_n = 64 if dqk_bucket + dv_bucket <= 256 else 32
+    if MMA_PREFILL_ROW_TILES > 1 and dqk_bucket + dv_bucket <= 256:
+        return {"block_m": 64 * MMA_PREFILL_ROW_TILES, "threads": 128, "tile_n": tile_n, "min_blocks": 1,
+                "row_tiles": MMA_PREFILL_ROW_TILES}
     return {"block_m": 64, "threads": 128, "tile_n": tile_n, "min_blocks": 1}
 
 

@@ -751,13 +751,14 @@ __device__ __noinline__ void attn_fused_combine(
 // architecture-specific fast path (mma.sync m16n8k16 with f32 accumulators, ldmatrix, cp.async):
 // the grouped and rowwise kernels above stay the portable path, and the host picks this one only
 // on NVIDIA GPUs of compute capability 8.0 or newer (kernels/variants.py).
-//   grid  = (g * hkv * ceil(hq/hkv * sq / (16*WM)), S), block = 32*WM*WN threads,
+//   grid  = (g * hkv * ceil(hq/hkv * sq / (16*WM*MT)), S), block = 32*WM*WN threads,
 //   dynamic shared memory = AttnMmaSmem<...>::bytes (the host computes the same: Variant.shared_bytes;
 //   past 48 KB it opts the kernel in, up to 99 KB).
-// A block serves 16*WM rows of one kv head (the grouped path's head-major packing: decode's GQA
-// rows share one K/V pass), warp (wm, wn) the rows 16*wm.. and, of every tile of BN keys, the
-// keys wn*BN/WN..: prefill runs WM = 4 row tiles, decode WN key groups (kernels/variants.py
-// MMA_DECODE_SHAPES) whose softmax states merge once at the end. K and V tiles go to shared
+// A block serves 16*WM*MT rows of one kv head (the grouped path's head-major packing: decode's
+// GQA rows share one K/V pass), warp (wm, wn) the MT row tiles from 16*MT*wm on and, of every tile
+// of BN keys, the keys wn*BN/WN..: prefill runs WM = 4 warps of MT row tiles (1 unless the host
+// asks for 2: kernels/variants.py MMA_PREFILL_ROW_TILES), decode WN key groups
+// (MMA_DECODE_SHAPES) whose softmax states merge once at the end. K and V tiles go to shared
 // memory by cp.async, V of tile t while S = Q.K^T of tile t is computed and K of tile t+1 while
 // P.V of tile t is, as FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode measured
 // no faster on the H200: docs/decisions.md.) Decode's last blocks to finish also do the
@@ -855,10 +856,12 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 #ifndef ATTN_MMA_Q_SMEM_FROM
 #define ATTN_MMA_Q_SMEM_FROM 256
 #endif
-template <int DQK_B, int DV_B, int BN, int WM, int WN>
+// A warp of MT > 1 row tiles (prefill) reads every K and V fragment once for MT products; its Q
+// then always comes from shared memory (MT tiles of fragments would not fit in registers).
+template <int DQK_B, int DV_B, int BN, int WM, int WN, int MT = 1>
 struct AttnMmaSmem {
-    static constexpr bool q_in_smem = ATTN_MMA_Q_SMEM && DQK_B >= ATTN_MMA_Q_SMEM_FROM;
-    static constexpr int q = q_in_smem ? 16 * WM * (DQK_B + 8) * 2 : 0;   // the rows of Q, as K's
+    static constexpr bool q_in_smem = (ATTN_MMA_Q_SMEM && DQK_B >= ATTN_MMA_Q_SMEM_FROM) || MT > 1;
+    static constexpr int q = q_in_smem ? 16 * WM * MT * (DQK_B + 8) * 2 : 0;   // the rows of Q, as K's
     static constexpr int tiles = BN * (DQK_B + 8 + DV_B + 8) * 2 + q;
     static constexpr int merge = (WN / 2) * WM * (32 + 16 * (DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0))) * 4;
     static constexpr int bytes = tiles > merge ? tiles : merge;
@@ -874,7 +877,7 @@ __device__ __forceinline__ int attn_smem_chunk(int r, int c, int stride, bool sw
 #ifndef ATTN_MMA_SWIZZLE
 #define ATTN_MMA_SWIZZLE 1
 #endif
-template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int MINB>
+template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int MINB, int MT = 1>
 __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     const T* __restrict__ bias, T* __restrict__ o, float* __restrict__ lse,
@@ -890,7 +893,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     int combine_group)
 {
     constexpr int NT = 32 * WM * WN;
-    constexpr int BM = 16 * WM;            // rows of the block
+    constexpr int BM = 16 * WM * MT;       // rows of the block: MT 16-row tiles for each of WM warps
+    constexpr int NR = 2 * MT;             // rows of a lane (two of each of its warp's tiles)
     constexpr int NKW = BN / WN;           // keys of a warp per tile
     constexpr int NST = NKW / 8;           // 8-key column tiles of a warp's S
     constexpr int KQ = DQK_B / 16;         // k steps of Q.K^T
@@ -907,8 +911,9 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     constexpr int KS = SWK ? DQK_B : DQK_B + 8;   // shared row strides (elements)
     constexpr int VS = SWV ? DV_B : DV_B + 8;
     constexpr int KT = BN * (DQK_B + 8);          // elements reserved for the K tile (AttnMmaSmem)
-    constexpr int SMEM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN>::bytes;
-    constexpr bool QSM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN>::q_in_smem;
+    constexpr int SMEM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN, MT>::bytes;
+    constexpr bool QSM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN, MT>::q_in_smem;
+    static_assert(MT == 1 || WN == 1, "mma path: several row tiles a warp only without key groups (prefill)");
     static_assert(DQK_B % 16 == 0 && DV_B % 16 == 0 && DQK_B <= 256 && DV_B <= 256, "mma path: head dims");
     static_assert(NKW % 16 == 0 && (WN & (WN - 1)) == 0, "mma path: a warp takes a multiple of 16 keys per tile");
     static_assert(sizeof(T) == 2 && SMEM <= 99 * 1024, "mma path: 16-bit types, 99 KB of shared memory (variants.py MMA_MAX_SHARED)");
@@ -953,13 +958,14 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     const long long causal_shift = prefix;
 #endif
 
-    // The two rows of this lane (fragment rows gq and gq + 8 of its warp's row tile).
-    bool rvalid[2];
-    long long rowid[2], vis_last[2];
-    int rh[2], rq[2];
+    // The rows of this lane: fragment rows gq and gq + 8 (x even, odd) of each of its warp's row
+    // tiles (x / 2), which are tiles wm * MT .. wm * MT + MT - 1 of the block.
+    bool rvalid[NR];
+    long long rowid[NR], vis_last[NR];
+    int rh[NR], rq[NR];
 #pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        const int rr = grp * BM + wm * 16 + gq + 8 * x;
+    for (int x = 0; x < NR; ++x) {
+        const int rr = grp * BM + wm * (16 * MT) + gq + 8 * x;   // 8x = 16 (x / 2) + 8 (x % 2)
         rvalid[x] = rr < rows_per_kv;
         rh[x] = kvh * ratio + (rvalid[x] ? rr / sq : 0);
         rq[x] = rvalid[x] ? rr % sq : 0;
@@ -1017,42 +1023,58 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         }
     };
 
-    float m[2] = {ATTN_NEG_INF, ATTN_NEG_INF};
-    float l[2] = {0.0f, 0.0f};      // this lane's share of the row sums
-    float acc[NOV][4];
+    float m[NR], l[NR];             // l: this lane's share of the row sums
 #pragma unroll
-    for (int n = 0; n < NOV; ++n)
+    for (int x = 0; x < NR; ++x) {
+        m[x] = ATTN_NEG_INF;
+        l[x] = 0.0f;
+    }
+    float acc[MT][NOV][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < NOV; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
 
-    // S = Q.K^T of the warp's keys of one tile (K rows in shared memory at ks).
-    auto tile_qk = [&](const T* ks, float (&s)[NST][4]) {
+    // S = Q.K^T of the warp's keys of one tile (K rows in shared memory at ks), for each of its
+    // row tiles: every K fragment read once for all of them.
+    auto tile_qk = [&](const T* ks, float (&s)[MT][NST][4]) {
 #pragma unroll
-        for (int n = 0; n < NST; ++n)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+            for (int n = 0; n < NST; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[mt][n][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KQ; ++kk) {
-            unsigned qa[4];
+            unsigned qa[MT][4];
             if constexpr (QSM)   // lanes 0-15 address rows 0-15 of chunk 2kk, lanes 16-31 of chunk 2kk+1
-                attn_ldsm_x4(qa, q_s + attn_smem_chunk(wm * 16 + (lane & 15), kk * 2 + (lane >> 4), KS, SWK));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+                    attn_ldsm_x4(qa[mt], q_s + attn_smem_chunk(wm * (16 * MT) + mt * 16 + (lane & 15), kk * 2 + (lane >> 4),
+                                                               KS, SWK));
 #pragma unroll
             for (int np = 0; np < NST / 2; ++np) {
                 unsigned r[4];
                 const int key = wn * NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 const int c = kk * 2 + ((lane >> 3) & 1);
                 attn_ldsm_x4(r, ks + attn_smem_chunk(key, c, KS, SWK));
-                const unsigned (&a)[4] = QSM ? qa : qf[QSM ? 0 : kk];
-                attn_mma(s[2 * np], a, r[0], r[1], T());
-                attn_mma(s[2 * np + 1], a, r[2], r[3], T());
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const unsigned (&a)[4] = QSM ? qa[mt] : qf[QSM ? 0 : kk];
+                    attn_mma(s[mt][2 * np], a, r[0], r[1], T());
+                    attn_mma(s[mt][2 * np + 1], a, r[2], r[3], T());
+                }
             }
         }
     };
 
     // Masks, scale, bias, then the online softmax of the lane's two rows; s becomes P.
-    auto tile_softmax = [&](float (&s)[NST][4], int j0) {
+    auto tile_softmax = [&](float (&s)[MT][NST][4], int j0) {
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
+        for (int x = 0; x < NR; ++x) {
+            const int mt = x / 2, h = x % 2;   // the row tile, the fragment row (gq or gq + 8)
             float mx = ATTN_NEG_INF;
             const int jw = j0 + wn * NKW;       // the warp's first key of this tile
             if (!bias && rvalid[x] && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
@@ -1061,8 +1083,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                 for (int n = 0; n < NST; ++n)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        s[n][2 * x + e] *= qk_scale;
-                        mx = fmaxf(mx, s[n][2 * x + e]);
+                        s[mt][n][2 * h + e] *= qk_scale;
+                        mx = fmaxf(mx, s[mt][n][2 * h + e]);
                     }
             } else {
 #pragma unroll
@@ -1071,10 +1093,10 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     for (int e = 0; e < 2; ++e) {
                         const int j = jw + n * 8 + tq * 2 + e;
                         const bool vis = rvalid[x] && j < key_end && (long long)j <= vis_last[x];
-                        float val = s[n][2 * x + e] * qk_scale;
+                        float val = s[mt][n][2 * h + e] * qk_scale;
                         if (vis && bias) val += attn_to_float(bias[rowid[x] * (long long)sk + j]);
                         val = vis ? val : ATTN_NEG_INF;
-                        s[n][2 * x + e] = val;
+                        s[mt][n][2 * h + e] = val;
                         mx = fmaxf(mx, val);
                     }
             }
@@ -1095,37 +1117,43 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             for (int n = 0; n < NST; ++n)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float p = __expf(s[n][2 * x + e] - m_use);
-                    s[n][2 * x + e] = p;
+                    const float p = __expf(s[mt][n][2 * h + e] - m_use);
+                    s[mt][n][2 * h + e] = p;
                     sum += p;
                 }
             l[x] = l[x] * alpha + sum;
 #pragma unroll
             for (int n = 0; n < NOV; ++n) {
-                acc[n][2 * x] *= alpha;
-                acc[n][2 * x + 1] *= alpha;
+                acc[mt][n][2 * h] *= alpha;
+                acc[mt][n][2 * h + 1] *= alpha;
             }
         }
     };
 
     // acc += P.V of the warp's keys of one tile (V rows in shared memory at vs).
-    auto tile_pv = [&](const T* vs, const float (&s)[NST][4]) {
+    auto tile_pv = [&](const T* vs, const float (&s)[MT][NST][4]) {
 #pragma unroll
         for (int kk = 0; kk < NKW / 16; ++kk) {
             // The S accumulators of two 8-key tiles are the A fragment of one 16-key step.
-            unsigned a[4];
-            a[0] = attn_pack2(s[2 * kk][0], s[2 * kk][1], T());
-            a[1] = attn_pack2(s[2 * kk][2], s[2 * kk][3], T());
-            a[2] = attn_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], T());
-            a[3] = attn_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], T());
+            unsigned a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                a[mt][0] = attn_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1], T());
+                a[mt][1] = attn_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3], T());
+                a[mt][2] = attn_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1], T());
+                a[mt][3] = attn_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3], T());
+            }
             const int key = wn * NKW + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
             for (int np = 0; np < NOV / 2; ++np) {
                 unsigned r[4];
                 const int c = np * 2 + (lane >> 4);
                 attn_ldsm_x4_trans(r, vs + attn_smem_chunk(key, c, VS, SWV));
-                attn_mma(acc[2 * np], a, r[0], r[1], T());
-                attn_mma(acc[2 * np + 1], a, r[2], r[3], T());
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    attn_mma(acc[mt][2 * np], a[mt], r[0], r[1], T());
+                    attn_mma(acc[mt][2 * np + 1], a[mt], r[2], r[3], T());
+                }
             }
         }
     };
@@ -1134,7 +1162,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     // flight. (Decode asking for V(t) beside K(t), two tiles in flight, measured no faster on
     // the H200: docs/decisions.md, "Decode against its floor".)
     const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
-    float s[NST][4];
+    float s[MT][NST][4];
     if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, key_begin);
     attn_cp_commit();
     for (int t = 0; t < n_tiles; ++t) {
@@ -1156,13 +1184,13 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     ATTN_MARK(1);
 
 #pragma unroll
-    for (int x = 0; x < 2; ++x) {
+    for (int x = 0; x < NR; ++x) {
         l[x] += ATTN_SHFL_XOR(l[x], 1);
         l[x] += ATTN_SHFL_XOR(l[x], 2);
     }
 
-    // Merge the key groups' states (WN > 1): in rounds, warps wn in [h, 2h) hand theirs to wn - h.
-    if (WN > 1) {
+    // Merge the key groups' states (WN > 1, so MT = 1): in rounds, warps wn in [h, 2h) hand theirs to wn - h.
+    if constexpr (WN > 1) {
         float* ms = reinterpret_cast<float*>(smem);
         constexpr int OS = DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0);   // a row of o: 8 mod 32 banks apart
         constexpr int SLOT = 32 + 16 * OS;      // m[16], l[16], o[16][OS]
@@ -1179,10 +1207,10 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     for (int n = 0; n < NOV; ++n) {
                         float* at = slot + 32 + r * OS + n * 8 + tq * 2;
                         if (ATTN_MMA_MERGE_PAD) {
-                            *reinterpret_cast<float2*>(at) = make_float2(acc[n][2 * x], acc[n][2 * x + 1]);
+                            *reinterpret_cast<float2*>(at) = make_float2(acc[0][n][2 * x], acc[0][n][2 * x + 1]);
                         } else {
-                            at[0] = acc[n][2 * x];
-                            at[1] = acc[n][2 * x + 1];
+                            at[0] = acc[0][n][2 * x];
+                            at[1] = acc[0][n][2 * x + 1];
                         }
                     }
                 }
@@ -1203,8 +1231,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     for (int n = 0; n < NOV; ++n) {
                         const float* at = slot + 32 + r * OS + n * 8 + tq * 2;
                         const float2 ov = ATTN_MMA_MERGE_PAD ? *reinterpret_cast<const float2*>(at) : make_float2(at[0], at[1]);
-                        acc[n][2 * x] = acc[n][2 * x] * sa + ov.x * sb;
-                        acc[n][2 * x + 1] = acc[n][2 * x + 1] * sa + ov.y * sb;
+                        acc[0][n][2 * x] = acc[0][n][2 * x] * sa + ov.x * sb;
+                        acc[0][n][2 * x + 1] = acc[0][n][2 * x + 1] * sa + ov.y * sb;
                     }
                 }
             }
@@ -1212,8 +1240,10 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     }
     if (wn == 0) {
     #pragma unroll
-        for (int x = 0; x < 2; ++x) {
+        for (int x = 0; x < NR; ++x) {
             if (!rvalid[x]) continue;
+            const float (&ax)[NOV][4] = acc[x / 2];
+            const int h = x % 2;
     #ifdef ATTN_DEFECT_NO_ZERO_SUM_GUARD
             const bool empty = false;
     #else
@@ -1229,7 +1259,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int d = n * 8 + tq * 2 + e;
-                        if (d < dv) op[d] = empty ? 0.0f : acc[n][2 * x + e] * inv_l;
+                        if (d < dv) op[d] = empty ? 0.0f : ax[n][2 * h + e] * inv_l;
                     }
                 if (tq == 0) lse_part[(long long)split * rows + row] = lse_val;
             } else {
@@ -1239,7 +1269,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int d = n * 8 + tq * 2 + e;
-                        if (d < dv) op[(long long)d * o_sd] = attn_from_float<T>(empty ? 0.0f : acc[n][2 * x + e] * inv_l);
+                        if (d < dv) op[(long long)d * o_sd] = attn_from_float<T>(empty ? 0.0f : ax[n][2 * h + e] * inv_l);
                     }
                 if (lse && tq == 0) lse[row] = lse_val;
             }

@@ -3,7 +3,8 @@
 host_emu.h stands in for its NVIDIA instructions (mma.sync m16n8k16, ldmatrix, cp.async) with
 the PTX ISA's fragment layouts, and the kernel runs through the very `DeviceBackend.run` the
 CUDA backend uses: its decode shape (one 16-row tile, keys split over four warps whose states
-merge, the fused combine), its prefill shape (four row tiles), Q from shared memory at D = 256,
+merge, the fused combine), its prefill shape (four warps of one or two row tiles), Q from shared
+memory at D = 256,
 padded and swizzled shared rows, masks, guards and the defect switches. So a broken fragment
 index, mask or split boundary in the path every NVIDIA GPU runs fails here, without a GPU.
 tests/gpu runs the same kernel on the hardware.
@@ -109,3 +110,52 @@ def test_mma_kernel_defects_show_their_symptoms_on_host(tmp_path):
             else:
                 assert not np.isnan(o).any(), (defect, c)
                 assert np.abs(o - o_ref).max() > 0.05, (defect, c)
+
+
+# Prefill with two 16-row tiles a warp (MMA_PREFILL_ROW_TILES = 2; off by default): 128-row blocks
+ROW_TILE_CASES = [
+    # causal with a prefix and bias: 100 rows in one 128-row block, tiles above the diagonal skipped
+    dict(dtype="bf16", seq_len_q=100, num_heads_q=1, num_heads_kv=1, head_dim_qk=64, head_dim_v=64,
+         seq_len_k=160, causal=True, prefix_offset=[50], with_attn_bias=True, return_lse=True),
+    # GQA 3 of 50 queries (150 rows a kv head: a second, mostly empty block), split in two
+    dict(seq_len_q=50, num_heads_q=3, num_heads_kv=1, head_dim_qk=128, head_dim_v=128, seq_len_k=130,
+         split_kv=2, return_lse=True),
+    # head dims of no swizzle size (padded rows), ragged keys
+    dict(g=2, seq_len_q=20, num_heads_q=2, num_heads_kv=2, head_dim_qk=40, head_dim_v=72, seq_len_k=90,
+         current_seq_len=[89, 33], return_lse=True),
+]
+
+
+@pytest.fixture
+def two_row_tiles(monkeypatch):
+    from kernels import variants
+
+    monkeypatch.setattr(variants, "MMA_PREFILL_ROW_TILES", 2)
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", ROW_TILE_CASES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items())[:80])
+def test_mma_prefill_with_two_row_tiles_a_warp_on_host(mma_emu, two_row_tiles, case):
+    c = cfg(**case)
+    v = select_variant(c, mma=True)
+    assert (v.block_m, v.row_tiles, v.row_warps, v.key_groups) == (128, 2, 4, 1) and v.name.endswith("_r2_mma")
+    inputs, prepared, out = _emu_run(mma_emu, c)
+    assert prepared.variant == v.name
+    _check_against_reference(c, inputs, out, prepared.block_n, TOL[c.dtype])
+
+
+@needs_gxx
+def test_mma_prefill_with_two_row_tiles_shows_the_defects_on_host(tmp_path, two_row_tiles):
+    from reference.exact import attention_exact
+
+    c = cfg(causal=True, seq_len_q=100, num_heads_q=1, seq_len_k=200, split_kv=2, return_lse=True)
+    assert select_variant(c, mma=True).row_tiles == 2
+    cache = KernelCache(tmp_path, enabled=True)
+    for defect, symptom in (("no_neginf_guard", "nan"), ("causal_off_by_one", "wrong")):
+        inputs, prepared, out = _emu_run(HostEmuBackend({defect}, cache=cache, mma=True), c)
+        assert defect in prepared.variant and "_r2_" in prepared.variant
+        o = out.out.astype(np.float64)
+        if symptom == "nan":
+            assert np.isnan(o).any()
+        else:
+            assert np.abs(o - attention_exact(c, inputs)[0]).max() > 0.05

@@ -84,6 +84,30 @@ def test_decode_splits_tiles_by_keys_and_prefill_by_rows():
     assert select_variant(cfg(seq_len_q=17, num_heads_q=8, num_heads_kv=8), mma=True).block_m == 64
 
 
+def test_prefill_takes_two_row_tiles_a_warp_only_when_switched_on(monkeypatch):
+    from kernels import variants
+
+    pre_cfg = cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512)
+    assert select_variant(pre_cfg, mma=True).row_tiles == 1          # the default until measured
+    monkeypatch.setattr(variants, "MMA_PREFILL_ROW_TILES", 2)
+    two = select_variant(pre_cfg, mma=True)
+    assert (two.block_m, two.threads, two.row_tiles, two.row_warps, two.key_groups) == (128, 128, 2, 4, 1)
+    assert two.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 4, 1, 1, 2>"
+    assert two.name.endswith("_m128_t128_k64_b1_r2_mma")
+    # Q's rows in shared memory beside the K and V tiles: 128 x (128 + 8) x 2 bytes
+    assert two.shared_bytes == 64 * (136 + 136) * 2 + 128 * 136 * 2
+    assert fwd_blocks_x(pre_cfg, two) == 2 * 4 * 4                      # 512 rows a head in blocks of 128
+    # decode and D = 256 prefill keep one row tile a warp
+    assert select_variant(cfg(), mma=True).row_tiles == 1
+    assert select_variant(cfg(seq_len_q=512, head_dim_qk=256, head_dim_v=256), mma=True).row_tiles == 1
+    with pytest.raises(ValueError, match="row_tiles"):
+        Variant("f16", 128, 128, block_m=16, threads=128, tile_n=64, path="mma", min_blocks=1, row_tiles=2)
+    with pytest.raises(ValueError, match="row_tiles"):
+        Variant("f16", 128, 128, block_m=96, threads=64, tile_n=64, path="mma", min_blocks=1, row_tiles=3)
+    with pytest.raises(ValueError, match="row_tiles"):
+        Variant("f16", 128, 128, block_m=8, path="grouped", row_tiles=2)
+
+
 def test_every_mma_variant_fits_the_shared_memory_every_mma_device_can_opt_in_to():
     # the decode tiles of D = 128 (128 keys) and D = 256 (64 keys) need the opt-in past 48 KB
     for d in (128, 256):
@@ -179,6 +203,8 @@ INSTANCES = [
     select_variant(cfg(dtype="bf16", head_dim_qk=40, head_dim_v=256, seq_len_q=64), mma=True),
     Variant("f16", 64, 64, block_m=16, threads=128, tile_n=64, path="mma", min_blocks=3,
             defects=("causal_off_by_one", "floor_blocks_per_split", "no_neginf_guard", "no_zero_sum_guard")),
+    # prefill with two row tiles a warp (MMA_PREFILL_ROW_TILES, off by default)
+    Variant("bf16", 128, 128, block_m=128, threads=128, tile_n=64, path="mma", min_blocks=1, row_tiles=2),
 ]
 
 
@@ -194,8 +220,8 @@ def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list
     # the combine kernels too (one per output type; variants share them)
     refs = "\n".join(f"    (void*)&{e}," for e in dict.fromkeys(e for v in INSTANCES for e in v.name_expressions))
     # the kernel's shared memory (AttnMmaSmem) is the host's Variant.shared_bytes, checked at compile time
-    smem = "\n".join(f"static_assert(AttnMmaSmem<{v.dqk_bucket}, {v.dv_bucket}, {v.tile_n}, {v.block_m // 16}, "
-                     f"{v.key_groups}>::bytes == {v.shared_bytes}, \"{v.name}\");" for v in INSTANCES)
+    smem = "\n".join(f"static_assert(AttnMmaSmem<{v.dqk_bucket}, {v.dv_bucket}, {v.tile_n}, {v.row_warps}, "
+                     f"{v.key_groups}, {v.row_tiles}>::bytes == {v.shared_bytes}, \"{v.name}\");" for v in INSTANCES)
     unit = tmp_path / "inst.cu"
     unit.write_text(f'#include "attention.hip"\n{smem}\nvoid* instances[] = {{\n{refs}\n}};\n')
     macros = sorted({m for v in INSTANCES for m in v.macro_options()})
