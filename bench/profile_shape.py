@@ -3,7 +3,9 @@
     ncu --kernel-name regex:attn_splitkv --launch-skip 2 --launch-count 2 --set full \\
         python bench/profile_shape.py 16,64,8,8192,128 [--dtype f16] [--split 0] [--path auto]
 
-split 0: the automatic count. Prints the variant and split that ran and the median device time.
+The shape `prefill` (or `prefill-causal`) is bench/kernels.py's prefill case (4096 x 4096, 32
+heads, D = 128). split 0: the automatic count. Prints the variant and split that ran and the
+median device time.
 --torch flash (or cudnn) runs torch's kernel on the same shape instead, to profile side by side
 (ncu --kernel-name regex:flash_fwd_splitkv_kernel ...).
 """
@@ -15,13 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.kernels import Ours, Timer, decode_case, make_inputs, torch_runner  # noqa: E402
+from bench.kernels import Ours, Timer, decode_case, make_inputs, prefill_case, torch_runner  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("shape", help="batch,Hq,Hkv,Sk,D")
+    ap.add_argument("shape", help="batch,Hq,Hkv,Sk,D, or prefill, or prefill-causal")
     ap.add_argument("--dtype", default="f16")
     ap.add_argument("--split", type=int, default=0)
     ap.add_argument("--path", default="auto")
@@ -31,7 +33,10 @@ def main() -> None:
 
     import torch
 
-    case = decode_case(tuple(int(x) for x in a.shape.split(",")), a.dtype)
+    if a.shape.startswith("prefill"):
+        case = prefill_case(a.dtype, a.shape == "prefill-causal")
+    else:
+        case = decode_case(tuple(int(x) for x in a.shape.split(",")), a.dtype)
     inputs = make_inputs(torch, case.config)
     if a.torch:
         run = torch_runner(torch, case.config, inputs, a.torch)
@@ -46,7 +51,8 @@ def main() -> None:
         run = Ours(backend).runner(replace_split(case.config, split), inputs)
         label = f"split={split} {run.variant}"
     t = Timer(torch, a.iters)(run)
-    print(f"{case.name} {a.dtype} {label}: {t * 1e6:.1f} us, {case.bytes / t / 1e12:.2f} TB/s")
+    rate = f"{case.flops / t / 1e12:.0f} TFLOP/s" if case.kind == "prefill" else f"{case.bytes / t / 1e12:.2f} TB/s"
+    print(f"{case.name} {a.dtype} {label}: {t * 1e6:.1f} us, {rate}")
 
 
 if __name__ == "__main__":

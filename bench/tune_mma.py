@@ -5,6 +5,12 @@ SM (kernels/variants.py MMA_DECODE_SHAPES), with the automatic split sized to ea
 
 Prints µs and TB/s per shape for every setting and, per head-dim class, the setting with the
 best geometric mean; MMA_DECODE_SHAPES comes from this table.
+
+    python bench/tune_mma.py --prefill [--settings 64:64:1,128:64:1]
+
+times bench/kernels.py's prefill cases (4096 x 4096, 32 heads, D = 128, causal and not) instead,
+in TFLOP/s, for settings block_m:tile_n:min_blocks[:row_tiles] (one key group; a warp per
+row_tiles 16-row tiles, 1 by default; kernels/variants.py mma_shape, MMA_PREFILL_ROW_TILES).
 """
 from __future__ import annotations
 
@@ -40,8 +46,12 @@ def main() -> None:
     ap.add_argument("--classes", default="256,512")
     ap.add_argument("--define", action="append", default=[], help="a compile option for every setting (-DX=Y)")
     ap.add_argument("--settings", help="only these settings, tile_n:key_groups:min_blocks,... (default: the class's)")
+    ap.add_argument("--prefill", action="store_true",
+                    help="the prefill cases; settings block_m:tile_n:min_blocks[:row_tiles]")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.prefill:
+        return tune_prefill(a)
 
     rows = []
     for cls in map(int, a.classes.split(",")):
@@ -66,6 +76,31 @@ def main() -> None:
         if best:
             print(f"best for dqk+dv <= {cls}: {best}", flush=True)
     (a.out / "tune_mma.json").write_text(json.dumps(rows, indent=2))
+
+
+PREFILL_SETTINGS = [(64, 64, 1, 1), (128, 64, 1, 2), (128, 32, 1, 2), (128, 64, 1, 1), (64, 128, 1, 1),
+                    (64, 32, 1, 1)]
+
+
+def tune_prefill(a: argparse.Namespace) -> None:
+    settings = ([(*map(int, x.split(":")), 1)[:4] for x in a.settings.split(",")] if a.settings
+                else PREFILL_SETTINGS)
+    bench = DecodeBench([], a.dtypes.split(","), a.iters, prefill=True)
+    rows = []
+    for block_m, tile_n, minb, row_tiles in settings:
+        def shape(v, block_m=block_m, tile_n=tile_n, minb=minb, row_tiles=row_tiles):
+            return dataclasses.replace(v, block_m=block_m, threads=2 * block_m // row_tiles, tile_n=tile_n,
+                                       min_blocks=minb, row_tiles=row_tiles)
+
+        setting = {"block_m": block_m, "tile_n": tile_n, "min_blocks": minb, "row_tiles": row_tiles,
+                   **({"defines": " ".join(a.define)} if a.define else {})}
+        try:
+            rows.append(bench.measure(setting, a.define, "mma", variant_map=shape))
+        except Exception as exc:   # a setting the device cannot launch: say so, go on
+            print(f"{setting}: failed: {exc}"[:300], flush=True)
+    if rows:
+        print(f"best prefill setting: {max(rows, key=lambda r: r['geomean_TFLOPps'])}", flush=True)
+    (a.out / "tune_mma_prefill.json").write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""What bench/tune_grouped.py and bench/tune_mma.py share: decode cases and their inputs on the
+"""What bench/tune_grouped.py and bench/tune_mma.py share: decode (or prefill) cases and their inputs on the
 GPU, a backend that compiles with extra -D macros (or another variant) on a forced kernel path,
 and the timing of one setting (µs per shape, geometric mean of effective TB/s)."""
 from __future__ import annotations
@@ -10,19 +10,22 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.kernels import Ours, Timer, decode_case, make_inputs  # noqa: E402
+from bench.kernels import Ours, Timer, decode_case, make_inputs, prefill_case  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
 
 
 class DecodeBench:
     """Decode `shapes` in each of `dtypes`, their inputs made once, timed `iters` times."""
 
-    def __init__(self, shapes: list[tuple[int, ...]], dtypes: list[str], iters: int):
+    def __init__(self, shapes: list[tuple[int, ...]], dtypes: list[str], iters: int, prefill: bool = False):
         import torch
 
         self.timer = Timer(torch, iters)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        self.cases = [decode_case(s, dt) for dt in dtypes for s in shapes]
+        # prefill: bench/kernels.py's two prefill cases (causal and not), rated in TFLOP/s
+        self.prefill = prefill
+        self.cases = ([prefill_case(dt, causal) for dt in dtypes for causal in (False, True)] if prefill
+                      else [decode_case(s, dt) for dt in dtypes for s in shapes])
         if len(dtypes) > 1:
             for c in self.cases:
                 c.name = f"{c.config.dtype} {c.name}"
@@ -59,8 +62,10 @@ class DecodeBench:
                 times[case.name] = self.timer(ours.runner(replace_split(case.config, split), self.inputs[case.name]))
         finally:
             backend.close()
-        gm = math.exp(sum(math.log(c.bytes / times[c.name]) for c in self.cases) / len(self.cases)) / 1e12
+        work = {c.name: c.flops if self.prefill else c.bytes for c in self.cases}
+        gm = math.exp(sum(math.log(work[c.name] / times[c.name]) for c in self.cases) / len(self.cases)) / 1e12
+        unit = "TFLOP/s" if self.prefill else "TB/s"
         label = " ".join(f"{k}={v}" for k, v in setting.items())
-        print(f"{label}: geomean {gm:.2f} TB/s  " + "  ".join(f"{k} {v * 1e6:.0f}us" for k, v in times.items()),
+        print(f"{label}: geomean {gm:.2f} {unit}  " + "  ".join(f"{k} {v * 1e6:.0f}us" for k, v in times.items()),
               flush=True)
-        return {**setting, "geomean_TBps": gm, "us": {k: v * 1e6 for k, v in times.items()}}
+        return {**setting, f"geomean_{unit.replace('/', 'p')}": gm, "us": {k: v * 1e6 for k, v in times.items()}}
