@@ -184,6 +184,10 @@ def test_results_that_arrive_while_the_store_is_busy_are_written_together():
     first = next(batches)
     time.sleep(3)  # a slow store: the pool finishes the rest meanwhile
     rest = list(batches)
-    assert 1 < len(rest[0]) <= STORE_BATCH_MAX
+    # Everything that came in during the slow store is one batch. (On a loaded machine every
+    # result may be in before the first is taken: then the first batch holds them all.)
+    remaining = 24 - len(first)
+    assert len(first) >= 1 and (remaining == 0 or len(rest[0]) == min(remaining, STORE_BATCH_MAX))
+    assert max(len(b) for b in [first, *rest]) > 1
     got = [r.config.seq_len_k for batch in [first, *rest] for r, _worker in batch]
     assert sorted(got) == [16 + i for i in range(24)]  # each config once
