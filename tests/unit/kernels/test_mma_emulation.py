@@ -159,3 +159,37 @@ def test_mma_prefill_with_two_row_tiles_shows_the_defects_on_host(tmp_path, two_
             assert np.isnan(o).any()
         else:
             assert np.abs(o - attention_exact(c, inputs)[0]).max() > 0.05
+
+
+def _gpu_suite():
+    """tests/gpu/test_cuda_backend.py's cases and checks (a module of GPU tests, loaded by path as
+    bench/gpu_evidence.py does; its tests do not run here)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "gpu" / "test_cuda_backend.py"
+    spec = importlib.util.spec_from_file_location("gpu_suite_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GPU_SUITE = _gpu_suite()
+# One config per feature of the GPU suite's matrix (f16 and bf16 in turn), made eligible for the
+# mma path as the GPU suite does (as_mma), and its mma corner cases, all but the few whose key
+# tiles would take the emulation more than a few seconds (a 16-row tile by 64 keys by the head
+# dims, summed over the blocks).
+_N_FEATURES = len(GPU_SUITE.CASES) // 4
+GPU_SUITE_CASES = [c for c in ([GPU_SUITE.MMA_CASES[4 * i + i % 2] for i in range(_N_FEATURES)]
+                               + GPU_SUITE.MMA_CASES[4 * _N_FEATURES:])
+                   if c.g * c.num_heads_kv * -(-c.gqa_ratio * c.seq_len_q // 16) * -(-c.seq_len_k // 64)
+                   * (c.head_dim_qk + c.head_dim_v) <= 20_000]
+
+
+@needs_gxx
+def test_the_gpu_suites_mma_cases_pass_its_checks_on_host(mma_emu):
+    """The GPU suite's check (verify_outputs against the float64 exact reference and the split-KV
+    reference, its bounds per dtype) on its own feature matrix and mma corner cases."""
+    assert len(GPU_SUITE_CASES) >= 30
+    bad = GPU_SUITE._failing_on(mma_emu, GPU_SUITE_CASES, "mma")
+    assert not bad, bad[:3]
