@@ -66,7 +66,8 @@ MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma p
 # Prefill's 16-row tiles per warp (attention.hip MT): 2 reads each K and V fragment once for two
 # products, as FlashAttention 2's 128-row blocks of four warps do, for half the shared-memory
 # reads per mma, where head dims sum to 256 or less. Not yet measured on a GPU, and ptxas reports
-# spills at D = 128 (docs/decisions.md): 1, one tile a warp, stays the default until measured.
+# 100 bytes of spills at D = 128 (docs/decisions.md): 1, one tile a warp, stays the default until
+# measured.
 MMA_PREFILL_ROW_TILES = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_ROW_TILES", "1"))
 PATHS = ("rowwise", "grouped", "mma")
 MAX_GRID_X = 2**31 - 1

@@ -867,6 +867,10 @@ struct AttnMmaSmem {
     static constexpr int bytes = tiles > merge ? tiles : merge;
 };
 
+// A if C else B (no <type_traits> under the runtime compilers).
+template <bool C, typename A, typename B> struct AttnPick { using type = A; };
+template <typename A, typename B> struct AttnPick<false, A, B> { using type = B; };
+
 // Element offset of 16-byte chunk c of shared row r: swizzled (chunk c ^ (r & 7), the row
 // unpadded) or at its place in a padded row; the loader and both readers go through here.
 __device__ __forceinline__ int attn_smem_chunk(int r, int c, int stride, bool swizzled) {
@@ -959,19 +963,45 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #endif
 
     // The rows of this lane: fragment rows gq and gq + 8 (x even, odd) of each of its warp's row
-    // tiles (x / 2), which are tiles wm * MT .. wm * MT + MT - 1 of the block.
-    bool rvalid[NR];
-    long long rowid[NR], vis_last[NR];
-    int rh[NR], rq[NR];
+    // tiles (x / 2), which are tiles wm * MT .. wm * MT + MT - 1 of the block. With several
+    // tiles a warp (4 rows a lane) holding each row's state spilled: there the row ids (below
+    // g * hq * sq <= 2^31 - 1, kernels/variants.py MAX_GRID_X) and visibility limits (keys) are
+    // held in 32 bits, and validity, head and query index recomputed where used.
+    using RowInt = typename AttnPick<MT == 1, long long, int>::type;
+    constexpr int NRH = MT == 1 ? NR : 1;
+    auto row_of = [&](int x) { return grp * BM + wm * (16 * MT) + gq + 8 * x; };   // 8x = 16 (x / 2) + 8 (x % 2)
+    bool rvalid_held[NRH];
+    int rh_held[NRH], rq_held[NRH];
+    RowInt rowid[NR], vis_last[NR];
 #pragma unroll
     for (int x = 0; x < NR; ++x) {
-        const int rr = grp * BM + wm * (16 * MT) + gq + 8 * x;   // 8x = 16 (x / 2) + 8 (x % 2)
-        rvalid[x] = rr < rows_per_kv;
-        rh[x] = kvh * ratio + (rvalid[x] ? rr / sq : 0);
-        rq[x] = rvalid[x] ? rr % sq : 0;
-        rowid[x] = ((long long)b * hq + rh[x]) * sq + rq[x];
-        vis_last[x] = causal ? (long long)rq[x] + causal_shift : (long long)key_end - 1;
+        if constexpr (MT == 1) {
+            const int rr = grp * BM + wm * (16 * MT) + gq + 8 * x;
+            rvalid_held[x] = rr < rows_per_kv;
+            rh_held[x] = kvh * ratio + (rvalid_held[x] ? rr / sq : 0);
+            rq_held[x] = rvalid_held[x] ? rr % sq : 0;
+            rowid[x] = ((long long)b * hq + rh_held[x]) * sq + rq_held[x];
+            vis_last[x] = causal ? (long long)rq_held[x] + causal_shift : (long long)key_end - 1;
+        } else {
+            const int rr = row_of(x);
+            const bool ok = rr < rows_per_kv;
+            const int qi = ok ? rr % sq : 0;
+            rowid[x] = (int)(((long long)b * hq + kvh * ratio + (ok ? rr / sq : 0)) * sq + qi);
+            vis_last[x] = (int)(causal ? (long long)qi + causal_shift : (long long)key_end - 1);
+        }
     }
+    auto rvalid = [&](int x) -> bool {
+        if constexpr (MT == 1) return rvalid_held[x];
+        else return row_of(x) < rows_per_kv;
+    };
+    auto rh = [&](int x) -> int {
+        if constexpr (MT == 1) return rh_held[x];
+        else return kvh * ratio + (rvalid(x) ? row_of(x) / sq : 0);
+    };
+    auto rq = [&](int x) -> int {
+        if constexpr (MT == 1) return rq_held[x];
+        else return rvalid(x) ? row_of(x) % sq : 0;
+    };
 
     // Keys past the last one any row of the block sees are not walked: a causal prefill's
     // upper triangle. rocMLIR's kernel walked them; the -inf guard's defect needs that walk.
@@ -1001,8 +1031,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
             for (int x = 0; x < 4; ++x) {
                 const int r = x & 1, d = kk * 16 + tq * 2 + (x >> 1) * 8;
-                const T* qp = q + (long long)b * q_sb + (long long)rh[r] * q_sh + (long long)rq[r] * q_ss + d;
-                qf[kk][x] = (rvalid[r] && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
+                const T* qp = q + (long long)b * q_sb + (long long)rh(r) * q_sh + (long long)rq(r) * q_ss + d;
+                qf[kk][x] = (rvalid(r) && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
             }
     }
 
@@ -1077,7 +1107,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             const int mt = x / 2, h = x % 2;   // the row tile, the fragment row (gq or gq + 8)
             float mx = ATTN_NEG_INF;
             const int jw = j0 + wn * NKW;       // the warp's first key of this tile
-            if (!bias && rvalid[x] && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
+            if (!bias && rvalid(x) && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
                 // every key visible (a prefill's tiles below the diagonal): scale only
 #pragma unroll
                 for (int n = 0; n < NST; ++n)
@@ -1092,7 +1122,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int j = jw + n * 8 + tq * 2 + e;
-                        const bool vis = rvalid[x] && j < key_end && (long long)j <= vis_last[x];
+                        const bool vis = rvalid(x) && j < key_end && (long long)j <= vis_last[x];
                         float val = s[mt][n][2 * h + e] * qk_scale;
                         if (vis && bias) val += attn_to_float(bias[rowid[x] * (long long)sk + j]);
                         val = vis ? val : ATTN_NEG_INF;
@@ -1241,7 +1271,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     if (wn == 0) {
     #pragma unroll
         for (int x = 0; x < NR; ++x) {
-            if (!rvalid[x]) continue;
+            if (!rvalid(x)) continue;
             const float (&ax)[NOV][4] = acc[x / 2];
             const int h = x % 2;
     #ifdef ATTN_DEFECT_NO_ZERO_SUM_GUARD
@@ -1263,7 +1293,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     }
                 if (tq == 0) lse_part[(long long)split * rows + row] = lse_val;
             } else {
-                T* op = o + (long long)b * o_sb + (long long)rh[x] * o_sh + (long long)rq[x] * o_ss;
+                T* op = o + (long long)b * o_sb + (long long)rh(x) * o_sh + (long long)rq(x) * o_ss;
     #pragma unroll
                 for (int n = 0; n < NOV; ++n)
     #pragma unroll
