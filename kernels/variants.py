@@ -69,6 +69,8 @@ MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma p
 # 100 bytes of spills at D = 128 (docs/decisions.md): 1, one tile a warp, stays the default until
 # measured.
 MMA_PREFILL_ROW_TILES = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_ROW_TILES", "1"))
+if MMA_PREFILL_ROW_TILES not in (1, 2):
+    raise ValueError(f"ATTNSWEEP_MMA_PREFILL_ROW_TILES={MMA_PREFILL_ROW_TILES}: must be 1 or 2")
 PATHS = ("rowwise", "grouped", "mma")
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
@@ -271,7 +273,7 @@ FUSED_COMBINE_MAX_SPLITS = int(os.environ.get("ATTNSWEEP_FUSED_COMBINE_MAX_SPLIT
 
 
 def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[str, int]:
-    """block_m, threads, tile_n and min_blocks of the mma path. Decode (a kv head's rows fit one
+    """block_m, threads, tile_n, min_blocks (and row_tiles) of the mma path. Decode (a kv head's rows fit one
     16-row tile): one row tile, each tile's keys split over 16-key warp groups
     (MMA_DECODE_SHAPES). Otherwise (prefill) four warps of MMA_PREFILL_ROW_TILES 16-row tiles each
     (one past 256 summed head dims) and 64-key tiles (32 where both head dims together pass 256)."""

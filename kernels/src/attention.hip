@@ -1100,7 +1100,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         }
     };
 
-    // Masks, scale, bias, then the online softmax of the lane's two rows; s becomes P.
+    // Masks, scale, bias, then the online softmax of the lane's rows (two a row tile); s becomes P.
     auto tile_softmax = [&](float (&s)[MT][NST][4], int j0) {
 #pragma unroll
         for (int x = 0; x < NR; ++x) {

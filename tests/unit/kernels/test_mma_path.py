@@ -265,3 +265,20 @@ def test_the_d256_kernels_spill_no_more_than_they_did(tmp_path: Path):
               for k in kernels}
     assert spills["decode"] == 0, f"the D = 256 decode kernel spills {spills['decode']} bytes (0 before)"
     assert spills["prefill"] <= 116, f"the D = 256 prefill kernel spills {spills['prefill']} bytes (116 before)"
+
+
+@pytest.mark.parametrize("value, ok", [("2", True), ("3", False)])
+def test_the_row_tiles_switch_is_read_from_the_environment_and_checked(value, ok):
+    import os
+    import sys
+
+    code = ("from attnconfig import AttentionConfig; from kernels.variants import select_variant; "
+            "c = AttentionConfig(dtype='f16', g=1, seq_len_q=256, seq_len_k=256, num_heads_q=2, num_heads_kv=2, "
+            "head_dim_qk=64, head_dim_v=64); print(select_variant(c, mma=True).row_tiles)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ATTNSWEEP_MMA_PREFILL_ROW_TILES": value},
+                          cwd=Path(__file__).resolve().parents[3])
+    if ok:
+        assert proc.returncode == 0 and proc.stdout.strip() == value, proc.stderr[-500:]
+    else:
+        assert proc.returncode != 0 and "ATTNSWEEP_MMA_PREFILL_ROW_TILES=3: must be 1 or 2" in proc.stderr
