@@ -64,8 +64,9 @@ MMA_DTYPES = ("f16", "bf16")            # the tensor-core path (NVIDIA sm_80+, a
 MMA_Q_SMEM_FROM = int(os.environ.get("ATTNSWEEP_MMA_Q_SMEM_FROM", "256"))
 MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
 # Prefill's 16-row tiles per warp (attention.hip MT): 2 reads each K and V fragment once for two
-# products, as FlashAttention 2's 128-row blocks of four warps do, for half the shared-memory
-# reads per mma, where head dims sum to 256 or less. Not yet measured on a GPU, and ptxas reports
+# products, as FlashAttention 2's 128-row blocks of four warps do: fewer shared-memory bytes per
+# mma (P.V 128 against 256; Q.K^T 192 against 256, Q's fragments now read too), where head dims
+# sum to 256 or less. Not yet measured on a GPU, and ptxas reports
 # 100 bytes of spills at D = 128 (docs/decisions.md): 1, one tile a warp, stays the default until
 # measured.
 MMA_PREFILL_ROW_TILES = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_ROW_TILES", "1"))
