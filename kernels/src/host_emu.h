@@ -41,14 +41,25 @@ inline std::barrier<>* attn_emu_barrier = nullptr;
 
 inline void __syncthreads() { attn_emu_barrier->arrive_and_wait(); }
 
+// Which of two copies of an exchange array this thread's call of an operation uses. Every thread
+// writes copy n % 2 in its n-th call after passing the barrier of its call n - 1, which no thread
+// passes before every thread has read copy n % 2 in call n - 2: one barrier a call (between the
+// writes and the reads) suffices, not a second one before the writes.
+template <typename Op>
+inline unsigned attn_emu_copy() {
+    thread_local unsigned calls = 0;   // threads are made afresh for every launch
+    return calls++ & 1u;
+}
+
 // A warp shuffle through a block-wide exchange: right only where every thread of the block
 // calls it the same number of times, which the kernels guarantee (see hip_compat.h).
+struct AttnEmuShfl;
 inline float attn_emu_shfl_xor(float x, int m) {
-    static float xchg[1024];
+    static float xchg[2][1024];
+    float* copy = xchg[attn_emu_copy<AttnEmuShfl>()];
+    copy[threadIdx.x] = x;
     __syncthreads();
-    xchg[threadIdx.x] = x;
-    __syncthreads();
-    return xchg[threadIdx.x ^ (unsigned)m];
+    return copy[threadIdx.x ^ (unsigned)m];
 }
 
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -119,9 +130,10 @@ inline unsigned attn_pack2(float a, float b, __hip_bfloat16) {
 // ldmatrix.m8n8.x4(.trans): lanes 8i..8i+7 address the rows of matrix i; lane l receives, in
 // register i, the elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1) of matrix i, or with .trans
 // (2(l%4), l/4) and (2(l%4)+1, l/4).
+struct AttnEmuLdsm;
 inline void attn_emu_ldsm(unsigned (&r)[4], const void* p, bool trans) {
-    static const void* rows[1024];
-    __syncthreads();
+    static const void* copies[2][1024];
+    const void** rows = copies[attn_emu_copy<AttnEmuLdsm>()];
     rows[threadIdx.x] = p;
     __syncthreads();
     const unsigned lane = threadIdx.x & 31, warp0 = threadIdx.x - lane;
@@ -143,10 +155,13 @@ inline void attn_ldsm_x4_trans(unsigned (&r)[4], const void* p) { attn_emu_ldsm(
 // A's (g, 2t..2t+1) in a[0], (g+8, 2t..) in a[1], (g, 2t+8..) in a[2], (g+8, 2t+8..) in a[3];
 // B's (k = 2t..2t+1, n = g) in b0 and (k = 2t+8.., n = g) in b1; C's (g, 2t..2t+1) in c[0..1] and
 // (g+8, 2t..2t+1) in c[2..3]. The low half of a register is the lower column (or k).
+struct AttnEmuMma;
 template <typename T>
 inline void attn_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, T) {
-    static unsigned xa[1024][4], xb[1024][2];
-    __syncthreads();
+    static unsigned xa2[2][1024][4], xb2[2][1024][2];
+    const unsigned copy = attn_emu_copy<AttnEmuMma>();
+    unsigned (*xa)[4] = xa2[copy];
+    unsigned (*xb)[2] = xb2[copy];
     for (int i = 0; i < 4; ++i) xa[threadIdx.x][i] = a[i];
     xb[threadIdx.x][0] = b0;
     xb[threadIdx.x][1] = b1;
