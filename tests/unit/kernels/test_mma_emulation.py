@@ -4,8 +4,8 @@ host_emu.h stands in for its NVIDIA instructions (mma.sync m16n8k16, ldmatrix, c
 the PTX ISA's fragment layouts, and the kernel runs through the very `DeviceBackend.run` the
 CUDA backend uses: its decode shape (one 16-row tile, keys split over four warps whose states
 merge, the fused combine), its prefill shape (four warps of one or two row tiles), Q from shared
-memory at D = 256,
-padded and swizzled shared rows, masks, guards and the defect switches. So a broken fragment
+memory at D = 256, padded and swizzled shared rows, masks, guards and the defect switches, and
+the GPU suite's own cases under its own check. So a broken fragment
 index, mask or split boundary in the path every NVIDIA GPU runs fails here, without a GPU.
 tests/gpu runs the same kernel on the hardware.
 """
