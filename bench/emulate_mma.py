@@ -16,7 +16,6 @@ failing config and a summary; exits 1 if any fails.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import tempfile
 import time
@@ -25,16 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.gpu_suite import gpu_suite, load_by_path  # noqa: E402
 from kernels.cache import KernelCache  # noqa: E402
 from kernels.variants import MMA_DECODE_ROWS, select_variant  # noqa: E402
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:
@@ -45,8 +37,8 @@ def main() -> None:
     ap.add_argument("--max-cost", type=float, default=3e6)
     ap.add_argument("--prefill-only", action="store_true")
     a = ap.parse_args()
-    suite = _load("gpu_suite", ROOT / "tests/gpu/test_cuda_backend.py")
-    emu = _load("host_emu_backend", ROOT / "tests/unit/kernels/test_variants.py")
+    suite = gpu_suite()
+    emu = load_by_path("attnsweep_host_emu_backend", ROOT / "tests/unit/kernels/test_variants.py")
     configs = (suite.MMA_CASES if a.configs == "cases"
                else [suite.as_mma(c) for c in suite.random_configs(a.n, seed=a.seed, max_cost=a.max_cost)])
     if a.prefill_only:

@@ -127,19 +127,16 @@ def step_defects(a, common) -> dict:
 
 def step_sdpa(a) -> list[dict]:
     """Final outputs of our cuda backend against torch SDPA (an oracle nobody here wrote)."""
-    import importlib.util
-
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location("gpu_cases", ROOT / "tests/gpu/test_cuda_backend.py")
-    cases = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cases)
+    from bench.gpu_suite import gpu_suite
     from kernels.cuda import CudaBackend
     from reference import make_inputs
 
     backend = CudaBackend()
     res = []
     print("\n== torch scaled_dot_product_attention vs ours (max |ours - torch| / max |torch|)")
+    cases = gpu_suite()
     for c in cases.SDPA_CASES + cases.SDPA_EXTRA_CASES:
         inputs = make_inputs(c)
         prepared = backend.prepare(c)

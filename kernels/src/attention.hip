@@ -975,7 +975,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     RowInt rowid[NR], vis_last[NR];
 #pragma unroll
     for (int x = 0; x < NR; ++x) {
-        if constexpr (MT == 1) {
+        if constexpr (MT == 1) {   // spelled out, not row_of(x): through it the D = 32 variants compiled differently
             const int rr = grp * BM + wm * (16 * MT) + gq + 8 * x;
             rvalid_held[x] = rr < rows_per_kv;
             rh_held[x] = kvh * ratio + (rvalid_held[x] ? rr / sq : 0);

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.gpu_suite import gpu_suite
 from kernels.cache import KernelCache
 from kernels.variants import MMA_DECODE_ROWS, select_variant
 
@@ -161,20 +162,8 @@ def test_mma_prefill_with_two_row_tiles_shows_the_defects_on_host(tmp_path, two_
             assert np.abs(o - attention_exact(c, inputs)[0]).max() > 0.05
 
 
-def _gpu_suite():
-    """tests/gpu/test_cuda_backend.py's cases and checks (a module of GPU tests, loaded by path as
-    bench/gpu_evidence.py does; its tests do not run here)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "gpu" / "test_cuda_backend.py"
-    spec = importlib.util.spec_from_file_location("gpu_suite_cases", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GPU_SUITE = _gpu_suite()
+# tests/gpu/test_cuda_backend.py's cases and checks (its GPU tests do not run here)
+GPU_SUITE = gpu_suite()
 # One config per feature of the GPU suite's matrix (f16 and bf16 in turn), made eligible for the
 # mma path as the GPU suite does (as_mma), and its mma corner cases, all but the few whose key
 # tiles would take the emulation more than a few seconds (a 16-row tile by 64 keys by the head
