@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Issue 7's measurements in one device call (the device tool's `run`, carry [".whl"]):
+# Issue 7's measurements in two device calls (the device tool's `run`, carry [".whl"]), the second
+# made while the first call's machine is still warm so the kernel cache carries over:
 #
-#     bash bench/gpu_call.sh            # on the GPU machine; files go to $OUT (8 at most)
+#     bash bench/gpu_call.sh measure    # kernels f16/bf16, prefill; files go to $OUT
+#     bash bench/gpu_call.sh check      # pytest -m gpu, the sweeps
 #
-# Each step has its own time limit, so a stuck one leaves the others; together they stay under
-# the tool's 600 s. In order of what matters most if time runs out:
+# Each step has its own time limit, so a stuck one leaves the others; each part's limits add up
+# to under the tool's 600 s a call (measure 440 s, check 440 s). In order of what matters most:
 #   kernels-f16.{txt,json}    bench/kernels.py --iters 30 --dtypes f16 (ours vs cuDNN and flash)
 #   kernels-bf16.{txt,json}   the same, bf16, without the fixed-split columns
 #   prefill.txt               bench/tune_mma.py --prefill (one and two row tiles a warp), then
@@ -30,10 +32,14 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
 
+PART=${1:?measure or check}
+case $PART in measure|check) ;; *) echo "unknown part $PART: measure or check" >&2; exit 2;; esac
+
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
   nproc; python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)"; } \
-    > "$O/env-and-pytest.txt" 2>&1
+    > "$O/env-$PART.txt" 2>&1
 
+if [ "$PART" = measure ]; then
 timeout 120 python3 bench/kernels.py --iters 30 --dtypes f16 --out /tmp/k16 > "$O/kernels-f16.txt" 2>&1
 cp /tmp/k16/kernels.json "$O/kernels-f16.json" 2>/dev/null
 timeout 90 python3 bench/kernels.py --iters 30 --dtypes bf16 --no-fixed --out /tmp/kbf > "$O/kernels-bf16.txt" 2>&1
@@ -50,7 +56,10 @@ ATTNSWEEP_MMA_PREFILL_ROW_TILES=2 timeout 45 ncu $NCU --kernel-name regex:attn_s
 # shellcheck disable=SC2086
 timeout 45 ncu $NCU --kernel-name regex:flash_fwd_kernel python3 bench/profile_shape.py prefill --torch flash \
     >> "$O/prefill.txt" 2>&1
+fi
 
+if [ "$PART" = check ]; then
+mv "$O/env-check.txt" "$O/env-and-pytest.txt"
 timeout 200 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider >> "$O/env-and-pytest.txt" 2>&1
 echo "--- ATTNSWEEP_MMA_PREFILL_ROW_TILES=2, the mma tests" >> "$O/env-and-pytest.txt"
 ATTNSWEEP_MMA_PREFILL_ROW_TILES=2 timeout 60 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider \
@@ -62,4 +71,5 @@ timeout 80 python3 bench/gpu_evidence.py --jobs 16 --steps sweep --sweep 2000 --
     --sweep-arg=--dtypes=f16,bf16 --sweep-arg=--range=trans_q=0 --sweep-arg=--range=trans_k=0 \
     --sweep-arg=--range=trans_v=0 --sweep-arg=--range=head_dim_qk=8:256 --sweep-arg=--range=head_dim_v=8:256 \
     --out /tmp/mma > "$O/mma-space.txt" 2>&1
+fi
 ls -la "$O"
