@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attnconfig import AttentionConfig  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
-from kernels.variants import launch_plan  # noqa: E402
+from kernels.variants import launch_plan, output_buffers  # noqa: E402
 
 DECODE = [(1, 32, 8, 131072, 128), (8, 32, 8, 32768, 128), (8, 32, 8, 4096, 128), (16, 64, 8, 8192, 128),
           (4, 32, 32, 16384, 128), (1, 8, 1, 65536, 128), (32, 32, 8, 2048, 64),
@@ -114,20 +114,13 @@ class Ours:
         prepared = self.backend.prepare(c)
         loaded = prepared.handle
         buf = {"q": t["q"].data_ptr(), "k": t["k"].data_ptr(), "v": t["v"].data_ptr()}
-        out = torch.empty_like(t["q"])
-        buf["o"] = out.data_ptr()
-        keep = [out]
+        outputs = {name: torch.empty(shape, dtype=getattr(torch, dtype.name), device="cuda")
+                   for name, (shape, dtype) in output_buffers(c).items()}
+        buf.update({name: b.data_ptr() for name, b in outputs.items()})
+        out, keep = outputs["o"], list(outputs.values())
         if c.current_seq_len is not None:
-            csl = torch.tensor(c.current_seq_len, dtype=torch.int32, device="cuda")
-            keep.append(csl)
-            buf["current_seq_len"] = csl.data_ptr()
-        if c.split_kv > 1:
-            rows = c.g * c.num_heads_q * c.seq_len_q
-            op = torch.empty((c.split_kv, rows, c.head_dim_v), dtype=torch.float32, device="cuda")
-            lp = torch.empty((c.split_kv, rows), dtype=torch.float32, device="cuda")
-            lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
-            keep += [op, lp, lse]
-            buf.update(o_part=op.data_ptr(), lse_part=lp.data_ptr(), lse=lse.data_ptr())
+            keep.append(torch.tensor(c.current_seq_len, dtype=torch.int32, device="cuda"))
+            buf["current_seq_len"] = keep[-1].data_ptr()
         for name, (count, dtype, zeroed) in self.backend.combine_scratch(c, loaded.variant).items():
             scratch = (torch.zeros if zeroed else torch.empty)(count, dtype=getattr(torch, dtype.name), device="cuda")
             keep.append(scratch)

@@ -517,6 +517,23 @@ NAN_BITS = {2: 0x7E00, 4: 0x7FC00000}          # f16 quiet NaN; f32 quiet NaN
 BF16_NAN_BITS = 0x7FC0
 
 
+def output_buffers(config: AttentionConfig) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The device buffers a call writes, by launch_plan's names: (physical shape, dtype). O in
+    its layout, the LSE where asked for, and the split partials. DeviceBackend.run and
+    bench/kernels.py allocate from here, so the benchmark times the writes a sweep runs."""
+    c = config
+    dt = _storage_dtypes(c.dtype)
+    o_shape = ((c.g, c.num_heads_q, c.head_dim_v, c.seq_len_q) if c.trans_o
+               else (c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v))
+    outputs: dict[str, tuple[tuple[int, ...], np.dtype]] = {"o": (o_shape, dt["o"])}
+    if c.return_lse:
+        outputs["lse"] = ((c.g, c.num_heads_q, c.seq_len_q), dt["lse"])
+    if c.split_kv > 1:
+        outputs["o_part"] = ((c.split_kv, c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v), np.dtype(np.float32))
+        outputs["lse_part"] = ((c.split_kv, c.g, c.num_heads_q, c.seq_len_q), np.dtype(np.float32))
+    return outputs
+
+
 def nan_fill_pattern(dtype: np.dtype) -> tuple[int, int]:
     """(element size, bit pattern) of a quiet NaN in `dtype`."""
     dtype = np.dtype(dtype)
@@ -734,14 +751,7 @@ class DeviceBackend(Backend, abc.ABC):
         if c.current_seq_len is not None:
             host["current_seq_len"] = np.asarray(c.current_seq_len, dtype=np.int32)
 
-        o_shape_phys = ((c.g, c.num_heads_q, c.head_dim_v, c.seq_len_q) if c.trans_o
-                        else (c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v))
-        outputs: dict[str, tuple[tuple[int, ...], np.dtype]] = {"o": (o_shape_phys, dt["o"])}
-        if c.return_lse:
-            outputs["lse"] = ((c.g, c.num_heads_q, c.seq_len_q), dt["lse"])
-        if c.split_kv > 1:
-            outputs["o_part"] = ((c.split_kv, c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v), np.dtype(np.float32))
-            outputs["lse_part"] = ((c.split_kv, c.g, c.num_heads_q, c.seq_len_q), np.dtype(np.float32))
+        outputs = output_buffers(c)
         part_bytes = sum(int(np.prod(outputs[k][0])) * 4 for k in ("o_part", "lse_part") if k in outputs)
         expected = splitkv_extra_bytes(c)
         if part_bytes != expected or part_bytes != self.partial_bytes(c):
