@@ -59,8 +59,9 @@ def decode_case(shape, dtype, ragged=None) -> Case:
     return Case(name, cfg, nbytes, 4.0 * keys * hq * d, "ragged" if ragged else "decode")
 
 
-def prefill_case(dtype, causal) -> Case:
-    g, h, _, s, d = PREFILL
+def prefill_case(dtype, causal, head_dim=PREFILL[4]) -> Case:
+    g, h, _, s, _ = PREFILL
+    d = head_dim
     cfg = AttentionConfig(dtype=dtype, g=g, seq_len_q=s, seq_len_k=s, num_heads_q=h, num_heads_kv=h,
                           head_dim_qk=d, head_dim_v=d, causal=causal)
     flops = 4.0 * g * h * s * s * d / (2 if causal else 1)

@@ -6,9 +6,9 @@ SM (kernels/variants.py MMA_DECODE_SHAPES), with the automatic split sized to ea
 Prints µs and TB/s per shape for every setting and, per head-dim class, the setting with the
 best geometric mean; MMA_DECODE_SHAPES comes from this table.
 
-    python bench/tune_mma.py --prefill [--settings 64:64:1,128:64:1]
+    python bench/tune_mma.py --prefill [--settings 64:64:1,128:64:1] [--prefill-dims 64,128]
 
-times bench/kernels.py's prefill cases (4096 x 4096, 32 heads, D = 128, causal and not) instead,
+times bench/kernels.py's prefill cases (4096 x 4096, 32 heads, D = 128 or --prefill-dims, causal and not) instead,
 in TFLOP/s, for settings block_m:tile_n:min_blocks[:row_tiles] (one key group; a warp per
 row_tiles 16-row tiles, 1 by default; kernels/variants.py mma_shape, MMA_PREFILL_ROW_TILES).
 """
@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--settings", help="only these settings, tile_n:key_groups:min_blocks,... (default: the class's)")
     ap.add_argument("--prefill", action="store_true",
                     help="the prefill cases; settings block_m:tile_n:min_blocks[:row_tiles]")
+    ap.add_argument("--prefill-dims", default="128", help="head dims of the prefill cases (qk = v)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if a.prefill:
@@ -85,7 +86,8 @@ PREFILL_SETTINGS = [(64, 64, 1, 1), (128, 64, 1, 2), (128, 32, 1, 2), (128, 64, 
 def tune_prefill(a: argparse.Namespace) -> None:
     settings = ([(*map(int, x.split(":")), 1)[:4] for x in a.settings.split(",")] if a.settings
                 else PREFILL_SETTINGS)
-    bench = DecodeBench([], a.dtypes.split(","), a.iters, prefill=True)
+    bench = DecodeBench([], a.dtypes.split(","), a.iters, prefill=True,
+                        prefill_dims=tuple(map(int, a.prefill_dims.split(","))))
     rows = []
     for block_m, tile_n, minb, row_tiles in settings:
         def shape(v, block_m=block_m, tile_n=tile_n, minb=minb, row_tiles=row_tiles):

@@ -17,14 +17,16 @@ from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
 class DecodeBench:
     """Decode `shapes` in each of `dtypes`, their inputs made once, timed `iters` times."""
 
-    def __init__(self, shapes: list[tuple[int, ...]], dtypes: list[str], iters: int, prefill: bool = False):
+    def __init__(self, shapes: list[tuple[int, ...]], dtypes: list[str], iters: int, prefill: bool = False,
+                 prefill_dims: tuple[int, ...] = (128,)):
         import torch
 
         self.timer = Timer(torch, iters)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        # prefill: bench/kernels.py's two prefill cases (causal and not), rated in TFLOP/s
+        # prefill: bench/kernels.py's two prefill cases (causal and not) at each head dim, in TFLOP/s
         self.prefill = prefill
-        self.cases = ([prefill_case(dt, causal) for dt in dtypes for causal in (False, True)] if prefill
+        self.cases = ([prefill_case(dt, causal, d) for dt in dtypes for d in prefill_dims for causal in (False, True)]
+                      if prefill
                       else [decode_case(s, dt) for dt in dtypes for s in shapes])
         if len(dtypes) > 1:
             for c in self.cases:

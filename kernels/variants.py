@@ -66,9 +66,9 @@ MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma p
 # Prefill's 16-row tiles per warp (attention.hip MT): 2 reads each K and V fragment once for two
 # products, as FlashAttention 2's 128-row blocks of four warps do: fewer shared-memory bytes per
 # mma (P.V 128 against 256; Q.K^T 192 against 256, Q's fragments now read too), where head dims
-# sum to 256 or less. Not yet measured on a GPU, and ptxas reports
-# 100 bytes of spills at D = 128 (docs/decisions.md): 1, one tile a warp, stays the default until
-# measured.
+# sum to 256 or less. Measured slower on an H100 (1069 against 1014 µs at 4096², D = 128; its
+# spills cost more than the shared-memory reads save, docs/decisions.md): 1 stays the default.
+MMA_PREFILL_TILE_N = 64
 MMA_PREFILL_ROW_TILES = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_ROW_TILES", "1"))
 if MMA_PREFILL_ROW_TILES not in (1, 2):
     raise ValueError(f"ATTNSWEEP_MMA_PREFILL_ROW_TILES={MMA_PREFILL_ROW_TILES}: must be 1 or 2")
@@ -281,10 +281,10 @@ def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[
     if config.gqa_ratio * config.seq_len_q <= MMA_DECODE_ROWS:
         _, tile_n, groups, min_blocks = next(x for x in MMA_DECODE_SHAPES if dqk_bucket + dv_bucket <= x[0])
         return {"block_m": 16, "threads": 32 * groups, "tile_n": tile_n, "min_blocks": min_blocks}
-    tile_n = 64 if dqk_bucket + dv_bucket <= 256 else 32
     if MMA_PREFILL_ROW_TILES > 1 and dqk_bucket + dv_bucket <= 256:
-        return {"block_m": 64 * MMA_PREFILL_ROW_TILES, "threads": 128, "tile_n": tile_n, "min_blocks": 1,
+        return {"block_m": 64 * MMA_PREFILL_ROW_TILES, "threads": 128, "tile_n": 64, "min_blocks": 1,
                 "row_tiles": MMA_PREFILL_ROW_TILES}
+    tile_n = MMA_PREFILL_TILE_N if dqk_bucket + dv_bucket <= 256 else 32
     return {"block_m": 64, "threads": 128, "tile_n": tile_n, "min_blocks": 1}
 
 

@@ -21,6 +21,7 @@ from kernels.backend import NotApplicable
 from kernels.variants import (
     DEFAULT_MAX_SHARED,
     MMA_DECODE_SHAPES,
+    MMA_PREFILL_TILE_N,
     MMA_MAX_SHARED,
     SRC_DIR,
     Variant,
@@ -78,8 +79,8 @@ def test_decode_splits_tiles_by_keys_and_prefill_by_rows():
     big = select_variant(cfg(dtype="bf16", head_dim_qk=256, head_dim_v=192), mma=True)
     assert (big.tile_n, big.key_groups) == MMA_DECODE_SHAPES[-1][1:3]
     pre = select_variant(cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512), mma=True)
-    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups, pre.min_blocks) == (64, 128, 64, 1, 1)
-    assert pre.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 4, 1, 1>"
+    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups, pre.min_blocks) == (64, 128, MMA_PREFILL_TILE_N, 1, 1)
+    assert pre.fwd_expr == f"attn_splitkv_fwd_mma<__half, 128, 128, 32, {MMA_PREFILL_TILE_N}, 4, 1, 1>"
     # 17 rows per kv head no longer fit one row tile
     assert select_variant(cfg(seq_len_q=17, num_heads_q=8, num_heads_kv=8), mma=True).block_m == 64
 
@@ -88,7 +89,7 @@ def test_prefill_takes_two_row_tiles_a_warp_only_when_switched_on(monkeypatch):
     from kernels import variants
 
     pre_cfg = cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512)
-    assert select_variant(pre_cfg, mma=True).row_tiles == 1          # the default until measured
+    assert select_variant(pre_cfg, mma=True).row_tiles == 1          # the default: two were slower
     monkeypatch.setattr(variants, "MMA_PREFILL_ROW_TILES", 2)
     two = select_variant(pre_cfg, mma=True)
     assert (two.block_m, two.threads, two.row_tiles, two.row_warps, two.key_groups) == (128, 128, 2, 4, 1)
