@@ -63,12 +63,17 @@ MMA_DTYPES = ("f16", "bf16")            # the tensor-core path (NVIDIA sm_80+, a
 # The environment variable is for measuring other thresholds.
 MMA_Q_SMEM_FROM = int(os.environ.get("ATTNSWEEP_MMA_Q_SMEM_FROM", "256"))
 MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
+# Prefill's keys per tile where head dims sum to 256 or less (32 past that). 128 ran faster than
+# 64 on an H100 at 4096², D = 128 (972 against 1014 µs, causal 586 against 597; docs/decisions.md)
+# and passes the host emulation; 64 stays the default until the GPU tests have run on 128.
+MMA_PREFILL_TILE_N = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_TILE_N", "64"))
+if MMA_PREFILL_TILE_N not in (32, 64, 128):
+    raise ValueError(f"ATTNSWEEP_MMA_PREFILL_TILE_N={MMA_PREFILL_TILE_N}: must be 32, 64 or 128")
 # Prefill's 16-row tiles per warp (attention.hip MT): 2 reads each K and V fragment once for two
 # products, as FlashAttention 2's 128-row blocks of four warps do: fewer shared-memory bytes per
 # mma (P.V 128 against 256; Q.K^T 192 against 256, Q's fragments now read too), where head dims
 # sum to 256 or less. Measured slower on an H100 (1069 against 1014 µs at 4096², D = 128; its
 # spills cost more than the shared-memory reads save, docs/decisions.md): 1 stays the default.
-MMA_PREFILL_TILE_N = 64
 MMA_PREFILL_ROW_TILES = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_ROW_TILES", "1"))
 if MMA_PREFILL_ROW_TILES not in (1, 2):
     raise ValueError(f"ATTNSWEEP_MMA_PREFILL_ROW_TILES={MMA_PREFILL_ROW_TILES}: must be 1 or 2")

@@ -162,6 +162,22 @@ def test_mma_prefill_with_two_row_tiles_shows_the_defects_on_host(tmp_path, two_
             assert np.abs(o - attention_exact(c, inputs)[0]).max() > 0.05
 
 
+@needs_gxx
+@pytest.mark.parametrize("case", ROW_TILE_CASES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items())[:80])
+def test_mma_prefill_with_128_key_tiles_on_host(mma_emu, monkeypatch, case):
+    """ATTNSWEEP_MMA_PREFILL_TILE_N=128: the causal diagonal, the last partial tile and the split
+    boundaries fall inside a tile twice as long (the same cases as two row tiles)."""
+    from kernels import variants
+
+    monkeypatch.setattr(variants, "MMA_PREFILL_TILE_N", 128)
+    c = cfg(**case)
+    v = select_variant(c, mma=True)
+    assert (v.block_m, v.tile_n, v.row_tiles) == (64, 128, 1) and "_k128_" in v.name
+    inputs, prepared, out = _emu_run(mma_emu, c)
+    assert prepared.variant == v.name
+    _check_against_reference(c, inputs, out, prepared.block_n, TOL[c.dtype])
+
+
 # tests/gpu/test_cuda_backend.py's cases and checks (its GPU tests do not run here)
 GPU_SUITE = gpu_suite()
 # One config per feature of the GPU suite's matrix (f16 and bf16 in turn), made eligible for the

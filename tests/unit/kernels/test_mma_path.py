@@ -8,9 +8,11 @@ ptxas's report shows whether the variants keep their accumulators in registers.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,26 @@ def test_decode_splits_tiles_by_keys_and_prefill_by_rows():
     assert pre.fwd_expr == f"attn_splitkv_fwd_mma<__half, 128, 128, 32, {MMA_PREFILL_TILE_N}, 4, 1, 1>"
     # 17 rows per kv head no longer fit one row tile
     assert select_variant(cfg(seq_len_q=17, num_heads_q=8, num_heads_kv=8), mma=True).block_m == 64
+
+
+def test_prefill_key_tile_follows_its_setting(monkeypatch):
+    from kernels import variants
+
+    pre_cfg = cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512)
+    monkeypatch.setattr(variants, "MMA_PREFILL_TILE_N", 128)
+    pre = select_variant(pre_cfg, mma=True)
+    assert (pre.block_m, pre.tile_n) == (64, 128) and pre.name.endswith("_m64_t128_k128_b1_mma")
+    assert pre.shared_bytes == 128 * (136 + 136) * 2 <= MMA_MAX_SHARED
+    # decode keeps its table; head dims past 256 together keep 32-key tiles
+    assert select_variant(cfg(), mma=True).tile_n == next(x for x in MMA_DECODE_SHAPES if 256 <= x[0])[1]
+    assert select_variant(cfg(seq_len_q=512, head_dim_qk=256, head_dim_v=256), mma=True).tile_n == 32
+
+
+def test_prefill_key_tile_setting_is_checked():
+    env = {**os.environ, "ATTNSWEEP_MMA_PREFILL_TILE_N": "96"}
+    r = subprocess.run([sys.executable, "-c", "import kernels.variants"], env=env, capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[3])
+    assert r.returncode != 0 and "ATTNSWEEP_MMA_PREFILL_TILE_N=96: must be 32, 64 or 128" in r.stderr
 
 
 def test_prefill_takes_two_row_tiles_a_warp_only_when_switched_on(monkeypatch):
