@@ -6,15 +6,16 @@
 #     bash bench/gpu_call.sh check      # pytest -m gpu, the sweeps
 #
 # Each step has its own time limit, so a stuck one leaves the others; each part's limits add up
-# to under the tool's 600 s a call (measure 540 s, check 520 s). In order of what matters most:
+# to under the tool's 600 s a call (measure 570 s, check 580 s). In order of what matters most:
 #   kernels-f16.{txt,json}    bench/kernels.py --iters 30 --dtypes f16 (ours vs cuDNN and flash)
 #   kernels-bf16.{txt,json}   the same, bf16, without the fixed-split columns
 #   prefill.txt               bench/tune_mma.py --prefill, 64- and 128-key tiles at D = 32, 64, 128
-#                             (32 and 64 at 256), then Nsight Compute on our prefill (64 and 128
+#                             (32 and 64 at 256), both again with -DATTN_MMA_EXP2=1 at D = 64 and
+#                             128, then Nsight Compute on our prefill (64 and 128
 #                             keys) and flash's
 #   kernels-f16-prefill-tile128.txt   bench/kernels.py --no-fixed with ATTNSWEEP_MMA_PREFILL_TILE_N=128
-#   env-and-pytest.txt        the device, `pytest -m gpu tests/gpu`, and all of it again with
-#                             ATTNSWEEP_MMA_PREFILL_TILE_N=128
+#   env-and-pytest.txt        the device, `pytest -m gpu tests/gpu`, all of it again with
+#                             ATTNSWEEP_MMA_PREFILL_TILE_N=128, its mma tests with ATTNSWEEP_MMA_EXP2=1
 #   sweep.log                 bench/sweep.py, 2,000 configs, warm compile cache
 #   mma-space.txt             bench/gpu_evidence.py's sweep pinned to the mma path's space
 #
@@ -42,13 +43,15 @@ case $PART in measure|check) ;; *) echo "unknown part $PART: measure or check" >
     > "$O/env-$PART.txt" 2>&1
 
 if [ "$PART" = measure ]; then
-timeout 120 python3 bench/kernels.py --iters 30 --dtypes f16 --out /tmp/k16 > "$O/kernels-f16.txt" 2>&1
+timeout 100 python3 bench/kernels.py --iters 30 --dtypes f16 --out /tmp/k16 > "$O/kernels-f16.txt" 2>&1
 cp /tmp/k16/kernels.json "$O/kernels-f16.json" 2>/dev/null
-timeout 90 python3 bench/kernels.py --iters 30 --dtypes bf16 --no-fixed --out /tmp/kbf > "$O/kernels-bf16.txt" 2>&1
+timeout 80 python3 bench/kernels.py --iters 30 --dtypes bf16 --no-fixed --out /tmp/kbf > "$O/kernels-bf16.txt" 2>&1
 cp /tmp/kbf/kernels.json "$O/kernels-bf16.json" 2>/dev/null
 
 timeout 90 python3 bench/tune_mma.py --prefill --prefill-dims 32,64,128 --dtypes f16,bf16 \
     --settings 64:64:1,64:128:1 --iters 20 --out /tmp/tp > "$O/prefill.txt" 2>&1
+timeout 60 python3 bench/tune_mma.py --prefill --prefill-dims 64,128 --settings 64:64:1,64:128:1 --iters 20 \
+    --define=-DATTN_MMA_EXP2=1 --out /tmp/tpx >> "$O/prefill.txt" 2>&1
 timeout 45 python3 bench/tune_mma.py --prefill --prefill-dims 256 --settings 64:32:1,64:64:1 --iters 20 \
     --out /tmp/tp256 >> "$O/prefill.txt" 2>&1
 NCU="--clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
@@ -71,6 +74,9 @@ timeout 170 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider >> "$O/env
 echo "--- ATTNSWEEP_MMA_PREFILL_TILE_N=128" >> "$O/env-and-pytest.txt"
 ATTNSWEEP_MMA_PREFILL_TILE_N=128 timeout 170 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider \
     >> "$O/env-and-pytest.txt" 2>&1
+echo "--- ATTNSWEEP_MMA_EXP2=1, the mma tests" >> "$O/env-and-pytest.txt"
+ATTNSWEEP_MMA_EXP2=1 timeout 60 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider \
+    -k "mma_path or random_configs_on_the_mma" >> "$O/env-and-pytest.txt" 2>&1
 
 timeout 100 python3 bench/sweep.py --backend cuda --samples 2000 --jobs 16 --cache-dir /tmp/swc --skip-cold \
     --out /tmp/sweep.json > "$O/sweep.log" 2>&1

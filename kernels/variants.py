@@ -62,6 +62,11 @@ MMA_DTYPES = ("f16", "bf16")            # the tensor-core path (NVIDIA sm_80+, a
 # (ATTN_MMA_Q_SMEM_FROM; 512: never): D = 256 spilled with them in registers (docs/decisions.md).
 # The environment variable is for measuring other thresholds.
 MMA_Q_SMEM_FROM = int(os.environ.get("ATTNSWEEP_MMA_Q_SMEM_FROM", "256"))
+# 1: the mma kernel's softmax as FlashAttention 2's, one FFMA and one ex2 a score (attention.hip
+# ATTN_MMA_EXP2); not yet measured on a GPU, so off by default. For measuring.
+MMA_EXP2 = os.environ.get("ATTNSWEEP_MMA_EXP2", "0")
+if MMA_EXP2 not in ("0", "1"):
+    raise ValueError(f"ATTNSWEEP_MMA_EXP2={MMA_EXP2}: must be 0 or 1")
 MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
 # Prefill's keys per tile where head dims sum to 256 or less (32 past that). 128 ran faster than
 # 64 on an H100 at 4096², D = 128 (972 against 1014 µs, causal 586 against 597; docs/decisions.md)
@@ -231,6 +236,8 @@ class Variant:
 
     def macro_options(self) -> list[str]:
         q_smem = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
+        if self.path == "mma" and MMA_EXP2 == "1":
+            q_smem.append("-DATTN_MMA_EXP2=1")
         return q_smem + [f"-D{defect_macro(d)}=1" for d in self.defects]
 
 

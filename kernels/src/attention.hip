@@ -819,6 +819,13 @@ __device__ __forceinline__ void attn_mma(float (&c)[4], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// 2^x, approximate (ex2.approx, as __expf uses after its multiply by log2 e).
+__device__ __forceinline__ float attn_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Two floats rounded to T, the first in the low half (the lower column of a fragment).
 __device__ __forceinline__ unsigned attn_pack2(float a, float b, __half) {
     __half2 h = __floats2half2_rn(a, b);
@@ -855,6 +862,15 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 #endif
 #ifndef ATTN_MMA_Q_SMEM_FROM
 #define ATTN_MMA_Q_SMEM_FROM 256
+#endif
+// 1: the softmax's exponentials as FlashAttention 2 takes them, p = 2^(s·(scale·log2 e) − m·log2 e):
+// one FFMA and one ex2 a score where __expf(s·scale − m) takes a multiply, a subtract, a multiply
+// and the ex2, and where every key of a row is visible its maximum is taken on the unscaled scores
+// (the scale is positive). m stays in natural-log units, so the merges and the LSE are as before.
+// Prefill's softmax is most of the instructions its tiles issue beside the mma and ldmatrix
+// (docs/decisions.md); 0 (the default until a GPU has measured 1) keeps the measured code.
+#ifndef ATTN_MMA_EXP2
+#define ATTN_MMA_EXP2 0
 #endif
 // A warp of MT > 1 row tiles (prefill) reads every K and V fragment once for MT products; its Q
 // then always comes from shared memory (MT tiles of fragments would not fit in registers).
@@ -1107,8 +1123,20 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             const int mt = x / 2, h = x % 2;   // the row tile, the fragment row (gq or gq + 8)
             float mx = ATTN_NEG_INF;
             const int jw = j0 + wn * NKW;       // the warp's first key of this tile
-            if (!bias && rvalid(x) && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
+#if ATTN_MMA_EXP2
+            float sc = 1.4426950408889634f;     // what the exponent multiplies s by: log2 e, or scale·log2 e
+#endif
+            if (!bias && (!ATTN_MMA_EXP2 || qk_scale > 0.0f) && rvalid(x) && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
                 // every key visible (a prefill's tiles below the diagonal): scale only
+#if ATTN_MMA_EXP2
+                // s stays unscaled; max(s)·scale is max(s·scale), bit for bit, for a positive scale
+#pragma unroll
+                for (int n = 0; n < NST; ++n)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][n][2 * h + e]);
+                mx *= qk_scale;
+                sc = qk_scale * 1.4426950408889634f;
+#else
 #pragma unroll
                 for (int n = 0; n < NST; ++n)
 #pragma unroll
@@ -1116,6 +1144,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                         s[mt][n][2 * h + e] *= qk_scale;
                         mx = fmaxf(mx, s[mt][n][2 * h + e]);
                     }
+#endif
             } else {
 #pragma unroll
                 for (int n = 0; n < NST; ++n)
@@ -1143,11 +1172,18 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             const float alpha = __expf(m[x] - m_use);
             m[x] = m_new;
             float sum = 0.0f;
+#if ATTN_MMA_EXP2
+            const float mb = m_use * 1.4426950408889634f;
+#endif
 #pragma unroll
             for (int n = 0; n < NST; ++n)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
+#if ATTN_MMA_EXP2
+                    const float p = attn_ex2(fmaf(s[mt][n][2 * h + e], sc, -mb));
+#else
                     const float p = __expf(s[mt][n][2 * h + e] - m_use);
+#endif
                     s[mt][n][2 * h + e] = p;
                     sum += p;
                 }

@@ -98,6 +98,7 @@ inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst
 // cores' order and internal precision are unspecified: results may differ from a GPU's in the last
 // bits, never in which keys, rows and splits count.
 inline float __expf(float x) { return std::exp(x); }
+inline float attn_ex2(float x) { return std::exp2(x); }
 [[noreturn]] inline void __trap() { std::abort(); }
 
 // Dynamic shared memory (extern __shared__ on a GPU): one buffer, blocks run one at a time; its

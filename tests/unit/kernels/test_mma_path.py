@@ -100,11 +100,23 @@ def test_prefill_key_tile_follows_its_setting(monkeypatch):
     assert select_variant(cfg(seq_len_q=512, head_dim_qk=256, head_dim_v=256), mma=True).tile_n == 32
 
 
-def test_prefill_key_tile_setting_is_checked():
-    env = {**os.environ, "ATTNSWEEP_MMA_PREFILL_TILE_N": "96"}
+@pytest.mark.parametrize("var, value, rule", [("ATTNSWEEP_MMA_PREFILL_TILE_N", "96", "must be 32, 64 or 128"),
+                                              ("ATTNSWEEP_MMA_EXP2", "yes", "must be 0 or 1")])
+def test_kernel_settings_are_checked(var, value, rule):
+    env = {**os.environ, var: value}
     r = subprocess.run([sys.executable, "-c", "import kernels.variants"], env=env, capture_output=True, text=True,
                        cwd=Path(__file__).resolve().parents[3])
-    assert r.returncode != 0 and "ATTNSWEEP_MMA_PREFILL_TILE_N=96: must be 32, 64 or 128" in r.stderr
+    assert r.returncode != 0 and f"{var}={value}: {rule}" in r.stderr
+
+
+def test_exp2_softmax_is_a_compile_option_of_the_mma_path_only(monkeypatch):
+    from kernels import variants
+
+    pre, portable = cfg(seq_len_q=512, seq_len_k=512), cfg(dtype="f32")
+    assert not any("EXP2" in m for m in select_variant(pre, mma=True).macro_options())
+    monkeypatch.setattr(variants, "MMA_EXP2", "1")
+    assert "-DATTN_MMA_EXP2=1" in select_variant(pre, mma=True).macro_options()
+    assert not any("EXP2" in m for m in select_variant(portable, mma=True).macro_options())
 
 
 def test_prefill_takes_two_row_tiles_a_warp_only_when_switched_on(monkeypatch):
@@ -238,6 +250,8 @@ INSTANCES = [
     ("sm_90", ["-DATTN_MMA_SWIZZLE=0", "-DATTN_CP_L2_PREFETCH=0"]),
     # the timeline marks of bench/trace_combine.py
     ("sm_90", ["-DATTN_TRACE=1"]),
+    # the FlashAttention 2 exponentials (ATTNSWEEP_MMA_EXP2, off by default)
+    ("sm_90", ["-DATTN_MMA_EXP2=1"]),
 ])
 def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list[str]):
     # the combine kernels too (one per output type; variants share them)
