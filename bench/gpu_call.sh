@@ -6,12 +6,12 @@
 #     bash bench/gpu_call.sh check      # pytest -m gpu, the sweeps
 #
 # Each step has its own time limit, so a stuck one leaves the others; each part's limits add up
-# to under the tool's 600 s a call (measure 570 s, check 580 s). In order of what matters most:
+# to under the tool's 600 s a call (measure 575 s, check 580 s). In order of what matters most:
 #   kernels-f16.{txt,json}    bench/kernels.py --iters 30 --dtypes f16 (ours vs cuDNN and flash)
 #   kernels-bf16.{txt,json}   the same, bf16, without the fixed-split columns
 #   prefill.txt               bench/tune_mma.py --prefill, 64- and 128-key tiles at D = 32, 64, 128
-#                             (32 and 64 at 256), both again with -DATTN_MMA_EXP2=1 at D = 64 and
-#                             128, then Nsight Compute on our prefill (64 and 128
+#                             (32 and 64 at 256), both again at D = 64 and 128 with
+#                             -DATTN_MMA_EXP2=1, -DATTN_MMA_LAZY_RESCALE=1 and the two, then Nsight Compute on our prefill (64 and 128
 #                             keys) and flash's
 #   kernels-f16-prefill-tile128.txt   bench/kernels.py --no-fixed with ATTNSWEEP_MMA_PREFILL_TILE_N=128
 #   env-and-pytest.txt        the device, `pytest -m gpu tests/gpu`, all of it again with
@@ -43,28 +43,31 @@ case $PART in measure|check) ;; *) echo "unknown part $PART: measure or check" >
     > "$O/env-$PART.txt" 2>&1
 
 if [ "$PART" = measure ]; then
-timeout 100 python3 bench/kernels.py --iters 30 --dtypes f16 --out /tmp/k16 > "$O/kernels-f16.txt" 2>&1
+timeout 90 python3 bench/kernels.py --iters 30 --dtypes f16 --out /tmp/k16 > "$O/kernels-f16.txt" 2>&1
 cp /tmp/k16/kernels.json "$O/kernels-f16.json" 2>/dev/null
-timeout 80 python3 bench/kernels.py --iters 30 --dtypes bf16 --no-fixed --out /tmp/kbf > "$O/kernels-bf16.txt" 2>&1
+timeout 70 python3 bench/kernels.py --iters 30 --dtypes bf16 --no-fixed --out /tmp/kbf > "$O/kernels-bf16.txt" 2>&1
 cp /tmp/kbf/kernels.json "$O/kernels-bf16.json" 2>/dev/null
 
-timeout 90 python3 bench/tune_mma.py --prefill --prefill-dims 32,64,128 --dtypes f16,bf16 \
+timeout 75 python3 bench/tune_mma.py --prefill --prefill-dims 32,64,128 --dtypes f16,bf16 \
     --settings 64:64:1,64:128:1 --iters 20 --out /tmp/tp > "$O/prefill.txt" 2>&1
-timeout 60 python3 bench/tune_mma.py --prefill --prefill-dims 64,128 --settings 64:64:1,64:128:1 --iters 20 \
-    --define=-DATTN_MMA_EXP2=1 --out /tmp/tpx >> "$O/prefill.txt" 2>&1
-timeout 45 python3 bench/tune_mma.py --prefill --prefill-dims 256 --settings 64:32:1,64:64:1 --iters 20 \
+for defs in -DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1 "-DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1"; do
+    # shellcheck disable=SC2046
+    timeout 45 python3 bench/tune_mma.py --prefill --prefill-dims 64,128 --settings 64:64:1,64:128:1 --iters 20 \
+        $(printf -- '--define=%s ' $defs) --out /tmp/tpx >> "$O/prefill.txt" 2>&1
+done
+timeout 35 python3 bench/tune_mma.py --prefill --prefill-dims 256 --settings 64:32:1,64:64:1 --iters 20 \
     --out /tmp/tp256 >> "$O/prefill.txt" 2>&1
 NCU="--clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
      --section WarpStateStats --section Occupancy --section LaunchStats --launch-skip 2 --launch-count 1"
 # shellcheck disable=SC2086
-timeout 45 ncu $NCU --kernel-name regex:attn_splitkv_fwd python3 bench/profile_shape.py prefill >> "$O/prefill.txt" 2>&1
+timeout 40 ncu $NCU --kernel-name regex:attn_splitkv_fwd python3 bench/profile_shape.py prefill >> "$O/prefill.txt" 2>&1
 # shellcheck disable=SC2086
-ATTNSWEEP_MMA_PREFILL_TILE_N=128 timeout 45 ncu $NCU --kernel-name regex:attn_splitkv_fwd \
+ATTNSWEEP_MMA_PREFILL_TILE_N=128 timeout 40 ncu $NCU --kernel-name regex:attn_splitkv_fwd \
     python3 bench/profile_shape.py prefill >> "$O/prefill.txt" 2>&1
 # shellcheck disable=SC2086
-timeout 45 ncu $NCU --kernel-name regex:flash_fwd_kernel python3 bench/profile_shape.py prefill --torch flash \
+timeout 40 ncu $NCU --kernel-name regex:flash_fwd_kernel python3 bench/profile_shape.py prefill --torch flash \
     >> "$O/prefill.txt" 2>&1
-ATTNSWEEP_MMA_PREFILL_TILE_N=128 timeout 60 python3 bench/kernels.py --iters 30 --dtypes f16 --no-fixed \
+ATTNSWEEP_MMA_PREFILL_TILE_N=128 timeout 50 python3 bench/kernels.py --iters 30 --dtypes f16 --no-fixed \
     --out /tmp/k128 > "$O/kernels-f16-prefill-tile128.txt" 2>&1
 fi
 

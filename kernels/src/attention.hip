@@ -826,6 +826,9 @@ __device__ __forceinline__ float attn_ex2(float x) {
     return y;
 }
 
+// Whether p holds in any lane of the warp (every lane must reach it).
+__device__ __forceinline__ bool attn_warp_any(bool p) { return __any_sync(0xffffffffu, p); }
+
 // Two floats rounded to T, the first in the low half (the lower column of a fragment).
 __device__ __forceinline__ unsigned attn_pack2(float a, float b, __half) {
     __half2 h = __floats2half2_rn(a, b);
@@ -871,6 +874,13 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 // (docs/decisions.md); 0 (the default until a GPU has measured 1) keeps the measured code.
 #ifndef ATTN_MMA_EXP2
 #define ATTN_MMA_EXP2 0
+#endif
+// 1: O's rescale by alpha = e^(m_old − m_new) skipped for a tile where no row of the warp has a
+// new maximum (alpha is then exactly 1, so the results are bit for bit the same): one vote a tile
+// against NOV·4 multiplies a thread (64 at D = 128), where after the first tiles of a long row a
+// new maximum is rare. 0 (the default until a GPU has timed 1) keeps the measured code.
+#ifndef ATTN_MMA_LAZY_RESCALE
+#define ATTN_MMA_LAZY_RESCALE 0
 #endif
 // A warp of MT > 1 row tiles (prefill) reads every K and V fragment once for MT products; its Q
 // then always comes from shared memory (MT tiles of fragments would not fit in registers).
@@ -1118,6 +1128,9 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 
     // Masks, scale, bias, then the online softmax of the lane's rows (two a row tile); s becomes P.
     auto tile_softmax = [&](float (&s)[MT][NST][4], int j0) {
+#if ATTN_MMA_LAZY_RESCALE
+        float alphas[NR];
+#endif
 #pragma unroll
         for (int x = 0; x < NR; ++x) {
             const int mt = x / 2, h = x % 2;   // the row tile, the fragment row (gq or gq + 8)
@@ -1188,12 +1201,29 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     sum += p;
                 }
             l[x] = l[x] * alpha + sum;
+#if ATTN_MMA_LAZY_RESCALE
+            alphas[x] = alpha;
+        }
+        bool stale = false;                   // a row whose alpha is not 1 (0, or NaN under a defect)
+#pragma unroll
+        for (int x = 0; x < NR; ++x) stale |= !(alphas[x] == 1.0f);
+        if (attn_warp_any(stale)) {
+#pragma unroll
+            for (int x = 0; x < NR; ++x)
+#pragma unroll
+                for (int n = 0; n < NOV; ++n) {
+                    acc[x / 2][n][2 * (x % 2)] *= alphas[x];
+                    acc[x / 2][n][2 * (x % 2) + 1] *= alphas[x];
+                }
+        }
+#else
 #pragma unroll
             for (int n = 0; n < NOV; ++n) {
                 acc[mt][n][2 * h] *= alpha;
                 acc[mt][n][2 * h + 1] *= alpha;
             }
         }
+#endif
     };
 
     // acc += P.V of the warp's keys of one tile (V rows in shared memory at vs).

@@ -145,6 +145,30 @@ def test_mma_exp2_softmax_keeps_the_guards_symptom_on_host(tmp_path, monkeypatch
     assert np.isnan(out.out.astype(np.float64)).any()
 
 
+class LazyRescaleEmu(HostEmuBackend):
+    def compile_options(self, variant):
+        return [*super().compile_options(variant), "-DATTN_MMA_LAZY_RESCALE=1"]
+
+
+@needs_gxx
+def test_mma_lazy_rescale_changes_no_bit_on_host(mma_emu, tmp_path):
+    """ATTN_MMA_LAZY_RESCALE=1 skips O's rescale only where every alpha of the warp is exactly 1,
+    so every output, LSE and partial is bit for bit the default kernel's: CASES, and a prefill long
+    enough (12 tiles a row) for most tiles to keep their rows' maxima."""
+    lazy = LazyRescaleEmu(cache=KernelCache(tmp_path, enabled=True), mma=True)
+    long_rows = dict(seq_len_q=64, num_heads_q=2, num_heads_kv=2, head_dim_qk=64, head_dim_v=64, seq_len_k=768,
+                     split_kv=2, return_lse=True)
+    for case in [case for case, _ in CASES] + [long_rows]:
+        c = cfg(**case)
+        _, _, want = _emu_run(mma_emu, c)
+        _, _, got = _emu_run(lazy, c)
+        for name in ("out", "lse", "o_partials", "lse_partials"):
+            a, b = getattr(want, name), getattr(got, name)
+            assert (a is None) == (b is None), (name, case)
+            if a is not None:
+                assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, case)
+
+
 # Prefill with two 16-row tiles a warp (MMA_PREFILL_ROW_TILES = 2; off by default): 128-row blocks
 ROW_TILE_CASES = [
     # causal with a prefix and bias: 100 rows in one 128-row block, tiles above the diagonal skipped

@@ -252,6 +252,8 @@ INSTANCES = [
     ("sm_90", ["-DATTN_TRACE=1"]),
     # the FlashAttention 2 exponentials (ATTNSWEEP_MMA_EXP2, off by default)
     ("sm_90", ["-DATTN_MMA_EXP2=1"]),
+    # O's rescale skipped where no row has a new maximum (off by default)
+    ("sm_90", ["-DATTN_MMA_LAZY_RESCALE=1"]),
 ])
 def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list[str]):
     # the combine kernels too (one per output type; variants share them)
