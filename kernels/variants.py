@@ -235,10 +235,10 @@ class Variant:
         return (self.fwd_expr, self.combine_expr)
 
     def macro_options(self) -> list[str]:
-        q_smem = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
+        mma = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
         if self.path == "mma" and MMA_EXP2 == "1":
-            q_smem.append("-DATTN_MMA_EXP2=1")
-        return q_smem + [f"-D{defect_macro(d)}=1" for d in self.defects]
+            mma.append("-DATTN_MMA_EXP2=1")
+        return mma + [f"-D{defect_macro(d)}=1" for d in self.defects]
 
 
 def grouped_rows(config: AttentionConfig) -> int:
