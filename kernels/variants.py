@@ -62,26 +62,31 @@ MMA_DTYPES = ("f16", "bf16")            # the tensor-core path (NVIDIA sm_80+, a
 # (ATTN_MMA_Q_SMEM_FROM; 512: never): D = 256 spilled with them in registers (docs/decisions.md).
 # The environment variable is for measuring other thresholds.
 MMA_Q_SMEM_FROM = int(os.environ.get("ATTNSWEEP_MMA_Q_SMEM_FROM", "256"))
+
+
+def _env_choice(var: str, default: int, allowed: tuple[int, ...]) -> int:
+    """A kernel setting from the environment, one of `allowed`, else ValueError naming the rule."""
+    value = os.environ.get(var, str(default))
+    if value not in map(str, allowed):
+        rule = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}"
+        raise ValueError(f"{var}={value}: must be {rule}")
+    return int(value)
+
+
 # 1: the mma kernel's softmax as FlashAttention 2's, one FFMA and one ex2 a score (attention.hip
 # ATTN_MMA_EXP2); not yet measured on a GPU, so off by default. For measuring.
-MMA_EXP2 = os.environ.get("ATTNSWEEP_MMA_EXP2", "0")
-if MMA_EXP2 not in ("0", "1"):
-    raise ValueError(f"ATTNSWEEP_MMA_EXP2={MMA_EXP2}: must be 0 or 1")
+MMA_EXP2 = _env_choice("ATTNSWEEP_MMA_EXP2", 0, (0, 1))
 MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
 # Prefill's keys per tile where head dims sum to 256 or less (32 past that). 128 ran faster than
 # 64 on an H100 at 4096², D = 128 (972 against 1014 µs, causal 586 against 597; docs/decisions.md)
 # and passes the host emulation; 64 stays the default until the GPU tests have run on 128.
-MMA_PREFILL_TILE_N = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_TILE_N", "64"))
-if MMA_PREFILL_TILE_N not in (32, 64, 128):
-    raise ValueError(f"ATTNSWEEP_MMA_PREFILL_TILE_N={MMA_PREFILL_TILE_N}: must be 32, 64 or 128")
+MMA_PREFILL_TILE_N = _env_choice("ATTNSWEEP_MMA_PREFILL_TILE_N", 64, (32, 64, 128))
 # Prefill's 16-row tiles per warp (attention.hip MT): 2 reads each K and V fragment once for two
 # products, as FlashAttention 2's 128-row blocks of four warps do: fewer shared-memory bytes per
 # mma (P.V 128 against 256; Q.K^T 192 against 256, Q's fragments now read too), where head dims
 # sum to 256 or less. Measured slower on an H100 (1069 against 1014 µs at 4096², D = 128; its
 # spills cost more than the shared-memory reads save, docs/decisions.md): 1 stays the default.
-MMA_PREFILL_ROW_TILES = int(os.environ.get("ATTNSWEEP_MMA_PREFILL_ROW_TILES", "1"))
-if MMA_PREFILL_ROW_TILES not in (1, 2):
-    raise ValueError(f"ATTNSWEEP_MMA_PREFILL_ROW_TILES={MMA_PREFILL_ROW_TILES}: must be 1 or 2")
+MMA_PREFILL_ROW_TILES = _env_choice("ATTNSWEEP_MMA_PREFILL_ROW_TILES", 1, (1, 2))
 PATHS = ("rowwise", "grouped", "mma")
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
@@ -236,7 +241,7 @@ class Variant:
 
     def macro_options(self) -> list[str]:
         mma = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
-        if self.path == "mma" and MMA_EXP2 == "1":
+        if self.path == "mma" and MMA_EXP2:
             mma.append("-DATTN_MMA_EXP2=1")
         return mma + [f"-D{defect_macro(d)}=1" for d in self.defects]
 
@@ -289,7 +294,8 @@ def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[
     """block_m, threads, tile_n, min_blocks (and row_tiles) of the mma path. Decode (a kv head's rows fit one
     16-row tile): one row tile, each tile's keys split over 16-key warp groups
     (MMA_DECODE_SHAPES). Otherwise (prefill) four warps of MMA_PREFILL_ROW_TILES 16-row tiles each
-    (one past 256 summed head dims) and 64-key tiles (32 where both head dims together pass 256)."""
+    (one past 256 summed head dims) and MMA_PREFILL_TILE_N-key tiles (64 with two row tiles; 32
+    where both head dims together pass 256)."""
     if config.gqa_ratio * config.seq_len_q <= MMA_DECODE_ROWS:
         _, tile_n, groups, min_blocks = next(x for x in MMA_DECODE_SHAPES if dqk_bucket + dv_bucket <= x[0])
         return {"block_m": 16, "threads": 32 * groups, "tile_n": tile_n, "min_blocks": min_blocks}

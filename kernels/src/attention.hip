@@ -875,6 +875,7 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 #ifndef ATTN_MMA_EXP2
 #define ATTN_MMA_EXP2 0
 #endif
+#define ATTN_LOG2E 1.4426950408889634f
 // 1: O's rescale by alpha = e^(m_old − m_new) skipped for a tile where no row of the warp has a
 // new maximum (alpha is then exactly 1, so the results are bit for bit the same): one vote a tile
 // against NOV·4 multiplies a thread (64 at D = 128), where after the first tiles of a long row a
@@ -1137,7 +1138,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             float mx = ATTN_NEG_INF;
             const int jw = j0 + wn * NKW;       // the warp's first key of this tile
 #if ATTN_MMA_EXP2
-            float sc = 1.4426950408889634f;     // what the exponent multiplies s by: log2 e, or scale·log2 e
+            float sc = ATTN_LOG2E;     // what the exponent multiplies s by: log2 e, or scale·log2 e
 #endif
             if (!bias && (!ATTN_MMA_EXP2 || qk_scale > 0.0f) && rvalid(x) && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
                 // every key visible (a prefill's tiles below the diagonal): scale only
@@ -1148,7 +1149,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
                     for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][n][2 * h + e]);
                 mx *= qk_scale;
-                sc = qk_scale * 1.4426950408889634f;
+                sc = qk_scale * ATTN_LOG2E;
 #else
 #pragma unroll
                 for (int n = 0; n < NST; ++n)
@@ -1186,7 +1187,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
             m[x] = m_new;
             float sum = 0.0f;
 #if ATTN_MMA_EXP2
-            const float mb = m_use * 1.4426950408889634f;
+            const float mb = m_use * ATTN_LOG2E;
 #endif
 #pragma unroll
             for (int n = 0; n < NST; ++n)

@@ -128,7 +128,7 @@ def test_mma_kernel_with_exp2_softmax_on_host(mma_emu_exp2, monkeypatch, case, s
     tiles on the unscaled scores; outputs, LSE and partials as the reference's."""
     from kernels import variants
 
-    monkeypatch.setattr(variants, "MMA_EXP2", "1")
+    monkeypatch.setattr(variants, "MMA_EXP2", 1)
     c = cfg(**case)
     assert "-DATTN_MMA_EXP2=1" in select_variant(c, mma=True).macro_options()
     inputs, prepared, out = _emu_run(mma_emu_exp2, c)
@@ -139,7 +139,7 @@ def test_mma_kernel_with_exp2_softmax_on_host(mma_emu_exp2, monkeypatch, case, s
 def test_mma_exp2_softmax_keeps_the_guards_symptom_on_host(tmp_path, monkeypatch):
     from kernels import variants
 
-    monkeypatch.setattr(variants, "MMA_EXP2", "1")
+    monkeypatch.setattr(variants, "MMA_EXP2", 1)
     c = cfg(causal=True, seq_len_q=40, num_heads_q=1, seq_len_k=128, split_kv=2, return_lse=True)
     _, _, out = _emu_run(HostEmuBackend({"no_neginf_guard"}, cache=KernelCache(tmp_path, enabled=True), mma=True), c)
     assert np.isnan(out.out.astype(np.float64)).any()

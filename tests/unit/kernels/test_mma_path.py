@@ -114,7 +114,7 @@ def test_exp2_softmax_is_a_compile_option_of_the_mma_path_only(monkeypatch):
 
     pre, portable = cfg(seq_len_q=512, seq_len_k=512), cfg(dtype="f32")
     assert not any("EXP2" in m for m in select_variant(pre, mma=True).macro_options())
-    monkeypatch.setattr(variants, "MMA_EXP2", "1")
+    monkeypatch.setattr(variants, "MMA_EXP2", 1)
     assert "-DATTN_MMA_EXP2=1" in select_variant(pre, mma=True).macro_options()
     assert not any("EXP2" in m for m in select_variant(portable, mma=True).macro_options())
 
