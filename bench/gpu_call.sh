@@ -4,6 +4,13 @@
 #
 #     bash bench/gpu_call.sh measure    # kernels f16/bf16, prefill; files go to $OUT
 #     bash bench/gpu_call.sh check      # pytest -m gpu, the sweeps
+#     bash bench/gpu_call.sh switches   # the untimed switches alone: timing, and pytest with them on
+#
+# `switches` is for a session with little device time: it decides the defaults of
+# ATTNSWEEP_MMA_PREFILL_TILE_N and ATTNSWEEP_MMA_EXP2 (and ATTN_MMA_LAZY_RESCALE) in one call of 545 s:
+#   prefill.txt               tune_mma as in `measure`, then Nsight Compute on ours with both on and flash
+#   kernels-f16-switches.txt  bench/kernels.py --no-fixed with TILE_N=128 and EXP2=1 (decode and prefill)
+#   pytest-switches.txt       `pytest -m gpu tests/gpu` with TILE_N=128 and EXP2=1
 #
 # Each step has its own time limit, so a stuck one leaves the others; each part's limits add up
 # to under the tool's 600 s a call (measure 575 s, check 580 s). In order of what matters most:
@@ -36,7 +43,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
 
 PART=${1:?measure or check}
-case $PART in measure|check) ;; *) echo "unknown part $PART: measure or check" >&2; exit 2;; esac
+case $PART in measure|check|switches) ;; *) echo "unknown part $PART: measure, check or switches" >&2; exit 2;; esac
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
   nproc; python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)"; } \
@@ -48,6 +55,9 @@ cp /tmp/k16/kernels.json "$O/kernels-f16.json" 2>/dev/null
 timeout 70 python3 bench/kernels.py --iters 30 --dtypes bf16 --no-fixed --out /tmp/kbf > "$O/kernels-bf16.txt" 2>&1
 cp /tmp/kbf/kernels.json "$O/kernels-bf16.json" 2>/dev/null
 
+fi
+
+if [ "$PART" = measure ] || [ "$PART" = switches ]; then
 timeout 75 python3 bench/tune_mma.py --prefill --prefill-dims 32,64,128 --dtypes f16,bf16 \
     --settings 64:64:1,64:128:1 --iters 20 --out /tmp/tp > "$O/prefill.txt" 2>&1
 for defs in -DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1 "-DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1"; do
@@ -55,10 +65,13 @@ for defs in -DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1 "-DATTN_MMA_EXP2=1 -DATT
     timeout 45 python3 bench/tune_mma.py --prefill --prefill-dims 64,128 --settings 64:64:1,64:128:1 --iters 20 \
         $(printf -- '--define=%s ' $defs) --out /tmp/tpx >> "$O/prefill.txt" 2>&1
 done
-timeout 35 python3 bench/tune_mma.py --prefill --prefill-dims 256 --settings 64:32:1,64:64:1 --iters 20 \
-    --out /tmp/tp256 >> "$O/prefill.txt" 2>&1
 NCU="--clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
      --section WarpStateStats --section Occupancy --section LaunchStats --launch-skip 2 --launch-count 1"
+fi
+
+if [ "$PART" = measure ]; then
+timeout 35 python3 bench/tune_mma.py --prefill --prefill-dims 256 --settings 64:32:1,64:64:1 --iters 20 \
+    --out /tmp/tp256 >> "$O/prefill.txt" 2>&1
 # shellcheck disable=SC2086
 timeout 40 ncu $NCU --kernel-name regex:attn_splitkv_fwd python3 bench/profile_shape.py prefill >> "$O/prefill.txt" 2>&1
 # shellcheck disable=SC2086
@@ -69,6 +82,20 @@ timeout 40 ncu $NCU --kernel-name regex:flash_fwd_kernel python3 bench/profile_s
     >> "$O/prefill.txt" 2>&1
 ATTNSWEEP_MMA_PREFILL_TILE_N=128 timeout 50 python3 bench/kernels.py --iters 30 --dtypes f16 --no-fixed \
     --out /tmp/k128 > "$O/kernels-f16-prefill-tile128.txt" 2>&1
+fi
+
+if [ "$PART" = switches ]; then
+# shellcheck disable=SC2086
+ATTNSWEEP_MMA_PREFILL_TILE_N=128 ATTNSWEEP_MMA_EXP2=1 timeout 40 ncu $NCU --kernel-name regex:attn_splitkv_fwd \
+    python3 bench/profile_shape.py prefill >> "$O/prefill.txt" 2>&1
+# shellcheck disable=SC2086
+timeout 40 ncu $NCU --kernel-name regex:flash_fwd_kernel python3 bench/profile_shape.py prefill --torch flash \
+    >> "$O/prefill.txt" 2>&1
+ATTNSWEEP_MMA_PREFILL_TILE_N=128 ATTNSWEEP_MMA_EXP2=1 timeout 50 python3 bench/kernels.py --iters 30 --dtypes f16 \
+    --no-fixed --out /tmp/ksw > "$O/kernels-f16-switches.txt" 2>&1
+cp /tmp/ksw/kernels.json "$O/kernels-f16-switches.json" 2>/dev/null
+ATTNSWEEP_MMA_PREFILL_TILE_N=128 ATTNSWEEP_MMA_EXP2=1 timeout 200 python3 -m pytest -q -m gpu tests/gpu \
+    -p no:cacheprovider > "$O/pytest-switches.txt" 2>&1
 fi
 
 if [ "$PART" = check ]; then
