@@ -7,8 +7,8 @@
 #     bash bench/gpu_call.sh switches   # the untimed switches alone: timing, and pytest with them on
 #
 # `switches` is for a session with little device time: it decides the defaults of
-# ATTNSWEEP_MMA_PREFILL_TILE_N and ATTNSWEEP_MMA_EXP2 (and ATTN_MMA_LAZY_RESCALE) in one call of 545 s:
-#   prefill.txt               tune_mma as in `measure`, then Nsight Compute on ours with both on and flash
+# ATTNSWEEP_MMA_PREFILL_TILE_N and ATTNSWEEP_MMA_EXP2 (and ATTN_MMA_LAZY_RESCALE) in one call of 415 s:
+#   prefill.txt               tune_mma as in `measure`, less LAZY_RESCALE alone, D = 256 and Nsight Compute
 #   kernels-f16-switches.txt  bench/kernels.py --no-fixed with TILE_N=128 and EXP2=1 (decode and prefill)
 #   pytest-switches.txt       `pytest -m gpu tests/gpu` with TILE_N=128 and EXP2=1
 #
@@ -60,7 +60,9 @@ fi
 if [ "$PART" = measure ] || [ "$PART" = switches ]; then
 timeout 75 python3 bench/tune_mma.py --prefill --prefill-dims 32,64,128 --dtypes f16,bf16 \
     --settings 64:64:1,64:128:1 --iters 20 --out /tmp/tp > "$O/prefill.txt" 2>&1
-for defs in -DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1 "-DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1"; do
+DEFINES=(-DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1 "-DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1")
+[ "$PART" = switches ] && DEFINES=(-DATTN_MMA_EXP2=1 "-DATTN_MMA_EXP2=1 -DATTN_MMA_LAZY_RESCALE=1")
+for defs in "${DEFINES[@]}"; do
     # shellcheck disable=SC2046
     timeout 45 python3 bench/tune_mma.py --prefill --prefill-dims 64,128 --settings 64:64:1,64:128:1 --iters 20 \
         $(printf -- '--define=%s ' $defs) --out /tmp/tpx >> "$O/prefill.txt" 2>&1
@@ -85,12 +87,6 @@ ATTNSWEEP_MMA_PREFILL_TILE_N=128 timeout 50 python3 bench/kernels.py --iters 30 
 fi
 
 if [ "$PART" = switches ]; then
-# shellcheck disable=SC2086
-ATTNSWEEP_MMA_PREFILL_TILE_N=128 ATTNSWEEP_MMA_EXP2=1 timeout 40 ncu $NCU --kernel-name regex:attn_splitkv_fwd \
-    python3 bench/profile_shape.py prefill >> "$O/prefill.txt" 2>&1
-# shellcheck disable=SC2086
-timeout 40 ncu $NCU --kernel-name regex:flash_fwd_kernel python3 bench/profile_shape.py prefill --torch flash \
-    >> "$O/prefill.txt" 2>&1
 ATTNSWEEP_MMA_PREFILL_TILE_N=128 ATTNSWEEP_MMA_EXP2=1 timeout 50 python3 bench/kernels.py --iters 30 --dtypes f16 \
     --no-fixed --out /tmp/ksw > "$O/kernels-f16-switches.txt" 2>&1
 cp /tmp/ksw/kernels.json "$O/kernels-f16-switches.json" 2>/dev/null
