@@ -64,23 +64,31 @@ MMA_DTYPES = ("f16", "bf16")            # the tensor-core path (NVIDIA sm_80+, a
 MMA_Q_SMEM_FROM = int(os.environ.get("ATTNSWEEP_MMA_Q_SMEM_FROM", "256"))
 
 
-def _env_choice(var: str, default: int, allowed: tuple[int, ...]) -> int:
-    """A kernel setting from the environment, one of `allowed`, else ValueError naming the rule."""
-    value = os.environ.get(var, str(default))
+def _env_choice(var: str, default: int | None, allowed: tuple[int, ...]) -> int | None:
+    """A kernel setting from the environment, one of `allowed`, else ValueError naming the rule;
+    `default` (None: the table below decides) where the variable is unset."""
+    value = os.environ.get(var)
+    if value is None:
+        return default
     if value not in map(str, allowed):
         rule = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}"
         raise ValueError(f"{var}={value}: must be {rule}")
     return int(value)
 
 
-# 1: the mma kernel's softmax as FlashAttention 2's, one FFMA and one ex2 a score (attention.hip
-# ATTN_MMA_EXP2); not yet measured on a GPU, so off by default. For measuring.
-MMA_EXP2 = _env_choice("ATTNSWEEP_MMA_EXP2", 0, (0, 1))
+# Prefill's key tile and softmax exponentials by the head dims' buckets summed (qk + v), from
+# bench/tune_mma.py --prefill on an H100 at 4096², h32 (docs/decisions.md "Prefill tiles"):
+#   <= 64:  64 keys (32: 455 against 472 us with 128)
+#   <= 128: 128 keys and ATTN_MMA_EXP2, FlashAttention 2's one FFMA and one ex2 a score
+#           (555 against 699 us with the old 64 keys and expf; causal 342 against 405)
+#   <= 256: 128 keys, expf (980 against 1030 us; with EXP2 too 1090: it slows this one)
+#   past:   32 keys (shared memory)
+MMA_PREFILL_TABLE = ((64, 64, 0), (128, 128, 1), (256, 128, 0))
+# ATTNSWEEP_MMA_EXP2 (0 or 1) and ATTNSWEEP_MMA_PREFILL_TILE_N (32, 64 or 128) override the table
+# for every mma variant (EXP2 decode included) and every prefill one up to 256 summed, to measure.
+MMA_EXP2 = _env_choice("ATTNSWEEP_MMA_EXP2", None, (0, 1))
 MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
-# Prefill's keys per tile where head dims sum to 256 or less (32 past that). 128 ran faster than
-# 64 on an H100 at 4096², D = 128 (972 against 1014 µs, causal 586 against 597; docs/decisions.md)
-# and passes the host emulation; 64 stays the default until the GPU tests have run on 128.
-MMA_PREFILL_TILE_N = _env_choice("ATTNSWEEP_MMA_PREFILL_TILE_N", 64, (32, 64, 128))
+MMA_PREFILL_TILE_N = _env_choice("ATTNSWEEP_MMA_PREFILL_TILE_N", None, (32, 64, 128))
 # Prefill's 16-row tiles per warp (attention.hip MT): 2 reads each K and V fragment once for two
 # products, as FlashAttention 2's 128-row blocks of four warps do: fewer shared-memory bytes per
 # mma (P.V 128 against 256; Q.K^T 192 against 256, Q's fragments now read too), where head dims
@@ -239,9 +247,18 @@ class Variant:
     def name_expressions(self) -> tuple[str, str]:
         return (self.fwd_expr, self.combine_expr)
 
+    @property
+    def mma_exp2(self) -> bool:
+        """FlashAttention 2's exponentials (ATTN_MMA_EXP2): MMA_PREFILL_TABLE's choice for a
+        prefill tile of its head dims and keys, off for decode; ATTNSWEEP_MMA_EXP2 overrides."""
+        if MMA_EXP2 is not None:
+            return bool(MMA_EXP2)
+        row = next((r for r in MMA_PREFILL_TABLE if self.dqk_bucket + self.dv_bucket <= r[0]), None)
+        return self.block_m == 64 and row is not None and (self.tile_n, row[2]) == (row[1], 1)
+
     def macro_options(self) -> list[str]:
         mma = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
-        if self.path == "mma" and MMA_EXP2:
+        if self.path == "mma" and self.mma_exp2:
             mma.append("-DATTN_MMA_EXP2=1")
         return mma + [f"-D{defect_macro(d)}=1" for d in self.defects]
 
@@ -302,7 +319,9 @@ def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[
     if MMA_PREFILL_ROW_TILES > 1 and dqk_bucket + dv_bucket <= 256:
         return {"block_m": 64 * MMA_PREFILL_ROW_TILES, "threads": 128, "tile_n": 64, "min_blocks": 1,
                 "row_tiles": MMA_PREFILL_ROW_TILES}
-    tile_n = MMA_PREFILL_TILE_N if dqk_bucket + dv_bucket <= 256 else 32
+    tile_n = next((t for limit, t, _ in MMA_PREFILL_TABLE if dqk_bucket + dv_bucket <= limit), 32)
+    if MMA_PREFILL_TILE_N is not None and dqk_bucket + dv_bucket <= 256:
+        tile_n = MMA_PREFILL_TILE_N
     return {"block_m": 64, "threads": 128, "tile_n": tile_n, "min_blocks": 1}
 
 

@@ -23,7 +23,6 @@ from kernels.backend import NotApplicable
 from kernels.variants import (
     DEFAULT_MAX_SHARED,
     MMA_DECODE_SHAPES,
-    MMA_PREFILL_TILE_N,
     MMA_MAX_SHARED,
     SRC_DIR,
     Variant,
@@ -81,10 +80,33 @@ def test_decode_splits_tiles_by_keys_and_prefill_by_rows():
     big = select_variant(cfg(dtype="bf16", head_dim_qk=256, head_dim_v=192), mma=True)
     assert (big.tile_n, big.key_groups) == MMA_DECODE_SHAPES[-1][1:3]
     pre = select_variant(cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512), mma=True)
-    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups, pre.min_blocks) == (64, 128, MMA_PREFILL_TILE_N, 1, 1)
-    assert pre.fwd_expr == f"attn_splitkv_fwd_mma<__half, 128, 128, 32, {MMA_PREFILL_TILE_N}, 4, 1, 1>"
+    assert (pre.block_m, pre.threads, pre.tile_n, pre.key_groups, pre.min_blocks) == (64, 128, 128, 1, 1)
+    assert pre.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 128, 4, 1, 1>"
     # 17 rows per kv head no longer fit one row tile
     assert select_variant(cfg(seq_len_q=17, num_heads_q=8, num_heads_kv=8), mma=True).block_m == 64
+
+
+@pytest.mark.parametrize("dqk, dv, tile_n, exp2", [(32, 32, 64, False), (64, 64, 128, True), (32, 64, 128, True),
+                                                  (128, 128, 128, False), (64, 128, 128, False), (256, 256, 32, False)])
+def test_prefill_tile_and_exponentials_follow_the_measured_table(dqk, dv, tile_n, exp2):
+    pre = select_variant(cfg(seq_len_q=512, seq_len_k=512, head_dim_qk=dqk, head_dim_v=dv), mma=True)
+    assert (pre.block_m, pre.tile_n, pre.mma_exp2) == (64, tile_n, exp2)
+    assert ("-DATTN_MMA_EXP2=1" in pre.macro_options()) == exp2
+    # decode keeps expf whatever its head dims
+    assert not select_variant(cfg(head_dim_qk=dqk, head_dim_v=dv), mma=True).mma_exp2
+
+
+def test_the_environment_overrides_the_table(monkeypatch):
+    from kernels import variants
+
+    d64 = cfg(seq_len_q=512, seq_len_k=512, head_dim_qk=64, head_dim_v=64)
+    monkeypatch.setattr(variants, "MMA_PREFILL_TILE_N", 64)
+    assert (select_variant(d64, mma=True).tile_n, select_variant(d64, mma=True).mma_exp2) == (64, False)
+    monkeypatch.setattr(variants, "MMA_EXP2", 1)
+    assert select_variant(d64, mma=True).mma_exp2 and select_variant(cfg(), mma=True).mma_exp2
+    monkeypatch.setattr(variants, "MMA_PREFILL_TILE_N", None)
+    monkeypatch.setattr(variants, "MMA_EXP2", 0)
+    assert (select_variant(d64, mma=True).tile_n, select_variant(d64, mma=True).mma_exp2) == (128, False)
 
 
 def test_prefill_key_tile_follows_its_setting(monkeypatch):
