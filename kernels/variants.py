@@ -251,6 +251,8 @@ class Variant:
     def mma_exp2(self) -> bool:
         """FlashAttention 2's exponentials (ATTN_MMA_EXP2): MMA_PREFILL_TABLE's choice for a
         prefill tile of its head dims and keys, off for decode; ATTNSWEEP_MMA_EXP2 overrides."""
+        if self.path != "mma":
+            return False
         if MMA_EXP2 is not None:
             return bool(MMA_EXP2)
         row = next((r for r in MMA_PREFILL_TABLE if self.dqk_bucket + self.dv_bucket <= r[0]), None)
@@ -258,7 +260,7 @@ class Variant:
 
     def macro_options(self) -> list[str]:
         mma = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
-        if self.path == "mma" and self.mma_exp2:
+        if self.mma_exp2:
             mma.append("-DATTN_MMA_EXP2=1")
         return mma + [f"-D{defect_macro(d)}=1" for d in self.defects]
 

@@ -94,6 +94,9 @@ def test_prefill_tile_and_exponentials_follow_the_measured_table(dqk, dv, tile_n
     assert ("-DATTN_MMA_EXP2=1" in pre.macro_options()) == exp2
     # decode keeps expf whatever its head dims
     assert not select_variant(cfg(head_dim_qk=dqk, head_dim_v=dv), mma=True).mma_exp2
+    # and so does every kernel off the mma path
+    assert not select_variant(cfg(seq_len_q=512, seq_len_k=512, head_dim_qk=dqk, head_dim_v=dv), path="grouped",
+                              mma=True).mma_exp2
 
 
 def test_the_environment_overrides_the_table(monkeypatch):
