@@ -58,6 +58,9 @@ def main() -> None:
     row_tiles = sorted({select_variant(c, mma=True).row_tiles for c in configs})
     print(f"{a.configs}: {len(configs)} configs on {len(variants)} mma variants (row tiles {row_tiles}), "
           f"{failing} failing, {time.perf_counter() - t0:.0f} s")
+    # which tiles and exponentials ran: the defaults come from MMA_PREFILL_TABLE and the environment
+    for v in sorted({select_variant(c, mma=True) for c in configs}, key=lambda v: v.name):
+        print(f"  {v.name}{'  ATTN_MMA_EXP2' if v.mma_exp2 else ''}")
     sys.exit(1 if failing else 0)
 
 
