@@ -77,7 +77,8 @@ def _env_choice(var: str, default: int | None, allowed: tuple[int, ...]) -> int 
 
 
 # Prefill's key tile and softmax exponentials by the head dims' buckets summed (qk + v), from
-# bench/tune_mma.py --prefill on an H100 at 4096², h32 (docs/decisions.md "Prefill tiles"):
+# bench/tune_mma.py --prefill on an H100 at 4096², h32 (docs/decisions.md, "Prefill tiles and
+# exponentials by head dim"):
 #   <= 64:  64 keys (32: 455 against 472 us with 128)
 #   <= 128: 128 keys and ATTN_MMA_EXP2, FlashAttention 2's one FFMA and one ex2 a score
 #           (555 against 699 us with the old 64 keys and expf; causal 342 against 405)
@@ -313,8 +314,9 @@ def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[
     """block_m, threads, tile_n, min_blocks (and row_tiles) of the mma path. Decode (a kv head's rows fit one
     16-row tile): one row tile, each tile's keys split over 16-key warp groups
     (MMA_DECODE_SHAPES). Otherwise (prefill) four warps of MMA_PREFILL_ROW_TILES 16-row tiles each
-    (one past 256 summed head dims) and MMA_PREFILL_TILE_N-key tiles (64 with two row tiles; 32
-    where both head dims together pass 256)."""
+    (one past 256 summed head dims) and the keys a tile MMA_PREFILL_TABLE gives their head dims
+    (ATTNSWEEP_MMA_PREFILL_TILE_N where set; 64 with two row tiles; 32 where both head dims
+    together pass 256)."""
     if config.gqa_ratio * config.seq_len_q <= MMA_DECODE_ROWS:
         _, tile_n, groups, min_blocks = next(x for x in MMA_DECODE_SHAPES if dqk_bucket + dv_bucket <= x[0])
         return {"block_m": 16, "threads": 32 * groups, "tile_n": tile_n, "min_blocks": min_blocks}
