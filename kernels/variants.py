@@ -85,6 +85,13 @@ def _env_choice(var: str, default: int | None, allowed: tuple[int, ...]) -> int 
 #   <= 256: 128 keys, expf (980 against 1030 us; with EXP2 too 1090: it slows this one)
 #   past:   32 keys (shared memory)
 MMA_PREFILL_TABLE = ((64, 64, 0), (128, 128, 1), (256, 128, 0))
+
+
+def _prefill_tiles(dims: int) -> tuple[int, bool]:
+    """MMA_PREFILL_TABLE's (keys a tile, ATTN_MMA_EXP2) for head-dim buckets summing to `dims`."""
+    return next(((t, bool(exp2)) for limit, t, exp2 in MMA_PREFILL_TABLE if dims <= limit), (32, False))
+
+
 # ATTNSWEEP_MMA_EXP2 (0 or 1) and ATTNSWEEP_MMA_PREFILL_TILE_N (32, 64 or 128) override the table
 # for every mma variant (EXP2 decode included) and every prefill one up to 256 summed, to measure.
 MMA_EXP2 = _env_choice("ATTNSWEEP_MMA_EXP2", None, (0, 1))
@@ -256,8 +263,8 @@ class Variant:
             return False
         if MMA_EXP2 is not None:
             return bool(MMA_EXP2)
-        row = next((r for r in MMA_PREFILL_TABLE if self.dqk_bucket + self.dv_bucket <= r[0]), None)
-        return self.block_m == 64 and row is not None and (self.tile_n, row[2]) == (row[1], 1)
+        tile_n, exp2 = _prefill_tiles(self.dqk_bucket + self.dv_bucket)
+        return self.block_m == 64 and exp2 and self.tile_n == tile_n
 
     def macro_options(self) -> list[str]:
         mma = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
@@ -323,7 +330,7 @@ def mma_shape(config: AttentionConfig, dqk_bucket: int, dv_bucket: int) -> dict[
     if MMA_PREFILL_ROW_TILES > 1 and dqk_bucket + dv_bucket <= 256:
         return {"block_m": 64 * MMA_PREFILL_ROW_TILES, "threads": 128, "tile_n": 64, "min_blocks": 1,
                 "row_tiles": MMA_PREFILL_ROW_TILES}
-    tile_n = next((t for limit, t, _ in MMA_PREFILL_TABLE if dqk_bucket + dv_bucket <= limit), 32)
+    tile_n, _ = _prefill_tiles(dqk_bucket + dv_bucket)
     if MMA_PREFILL_TILE_N is not None and dqk_bucket + dv_bucket <= 256:
         tile_n = MMA_PREFILL_TILE_N
     return {"block_m": 64, "threads": 128, "tile_n": tile_n, "min_blocks": 1}

@@ -871,7 +871,8 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 // and the ex2, and where every key of a row is visible its maximum is taken on the unscaled scores
 // (the scale is positive). m stays in natural-log units, so the merges and the LSE are as before.
 // Prefill's softmax is most of the instructions its tiles issue beside the mma and ldmatrix
-// (docs/decisions.md); 0 (the default until a GPU has measured 1) keeps the measured code.
+// (docs/decisions.md). kernels/variants.py MMA_PREFILL_TABLE turns it on where an H100 ran it
+// faster (prefill, head dims summing to 128 or less); at D = 128 it spills and is slower.
 #ifndef ATTN_MMA_EXP2
 #define ATTN_MMA_EXP2 0
 #endif
@@ -879,7 +880,8 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 // 1: O's rescale by alpha = e^(m_old − m_new) skipped for a tile where no row of the warp has a
 // new maximum (alpha is then exactly 1, so the results are bit for bit the same): one vote a tile
 // against NOV·4 multiplies a thread (64 at D = 128), where after the first tiles of a long row a
-// new maximum is rare. 0 (the default until a GPU has timed 1) keeps the measured code.
+// new maximum is rare. Measured slower on an H100 (the vote and the branch cost more than the
+// multiplies; docs/decisions.md), so nothing turns it on: a compile switch, to measure.
 #ifndef ATTN_MMA_LAZY_RESCALE
 #define ATTN_MMA_LAZY_RESCALE 0
 #endif
