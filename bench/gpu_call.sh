@@ -5,6 +5,18 @@
 #     bash bench/gpu_call.sh measure    # kernels f16/bf16, prefill; files go to $OUT
 #     bash bench/gpu_call.sh check      # pytest -m gpu, the sweeps
 #     bash bench/gpu_call.sh switches   # the untimed switches alone: timing, and pytest with them on
+#     bash bench/gpu_call.sh defaults   # the committed defaults in one call: benchmark, suite, sweeps
+#     bash bench/gpu_call.sh qsmem      # prefill with Q's fragments in shared memory (ptxas: no spill)
+#
+# `defaults` is the one call that checks what is committed, with no switch set (575 s in limits):
+#   kernels-f16.{txt,json}, kernels-bf16.{txt,json}   as in `measure`
+#   pytest.txt                `pytest -m gpu tests/gpu`
+#   sweep.log, sweep.json     bench/sweep.py, 2,000 configs, warm and then cold compile cache
+#   mma-space.txt             as in `check`
+# `qsmem` (qsmem.txt, 300 s in limits): tune_mma --prefill at D = 128 and 64 with Q's fragments in
+# registers (the default below D = 256) and in shared memory (ATTNSWEEP_MMA_Q_SMEM_FROM), each with
+# and without ATTNSWEEP_MMA_EXP2: in shared memory the D = 128 kernel with 128-key tiles uses 242
+# registers and no spill, 255 and 72 spilled bytes with EXP2 in registers (ptxas -v, sm_90).
 #
 # `switches` is for a session with little device time: it decides the defaults of
 # ATTNSWEEP_MMA_PREFILL_TILE_N and ATTNSWEEP_MMA_EXP2 (and ATTN_MMA_LAZY_RESCALE) in one call of 415 s:
@@ -42,14 +54,15 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
 
-PART=${1:?measure or check}
-case $PART in measure|check|switches) ;; *) echo "unknown part $PART: measure, check or switches" >&2; exit 2;; esac
+PART=${1:?measure, check, switches, defaults or qsmem}
+case $PART in measure|check|switches|defaults|qsmem) ;;
+    *) echo "unknown part $PART: measure, check, switches, defaults or qsmem" >&2; exit 2;; esac
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
   nproc; python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)"; } \
     > "$O/env-$PART.txt" 2>&1
 
-if [ "$PART" = measure ]; then
+if [ "$PART" = measure ] || [ "$PART" = defaults ]; then
 timeout 90 python3 bench/kernels.py --iters 30 --dtypes f16 --out /tmp/k16 > "$O/kernels-f16.txt" 2>&1
 cp /tmp/k16/kernels.json "$O/kernels-f16.json" 2>/dev/null
 timeout 70 python3 bench/kernels.py --iters 30 --dtypes bf16 --no-fixed --out /tmp/kbf > "$O/kernels-bf16.txt" 2>&1
@@ -110,5 +123,24 @@ timeout 80 python3 bench/gpu_evidence.py --jobs 16 --steps sweep --sweep 2000 --
     --sweep-arg=--dtypes=f16,bf16 --sweep-arg=--range=trans_q=0 --sweep-arg=--range=trans_k=0 \
     --sweep-arg=--range=trans_v=0 --sweep-arg=--range=head_dim_qk=8:256 --sweep-arg=--range=head_dim_v=8:256 \
     --out /tmp/mma > "$O/mma-space.txt" 2>&1
+fi
+if [ "$PART" = defaults ]; then
+timeout 170 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider > "$O/pytest.txt" 2>&1
+timeout 160 python3 bench/sweep.py --backend cuda --samples 2000 --jobs 16 --cache-dir /tmp/swc \
+    --out /tmp/sweep.json > "$O/sweep.log" 2>&1
+cp /tmp/sweep.json "$O/sweep.json" 2>/dev/null
+timeout 80 python3 bench/gpu_evidence.py --jobs 16 --steps sweep --sweep 2000 --seed 2034 \
+    --sweep-arg=--dtypes=f16,bf16 --sweep-arg=--range=trans_q=0 --sweep-arg=--range=trans_k=0 \
+    --sweep-arg=--range=trans_v=0 --sweep-arg=--range=head_dim_qk=8:256 --sweep-arg=--range=head_dim_v=8:256 \
+    --out /tmp/mma > "$O/mma-space.txt" 2>&1
+fi
+if [ "$PART" = qsmem ]; then
+for dq in 128:256 128:128 64:256 64:64; do
+    for e in 0 1; do
+        echo "--- D = ${dq%%:*}, ATTNSWEEP_MMA_Q_SMEM_FROM=${dq##*:} ATTNSWEEP_MMA_EXP2=$e" >> "$O/qsmem.txt"
+        ATTNSWEEP_MMA_Q_SMEM_FROM=${dq##*:} ATTNSWEEP_MMA_EXP2=$e timeout 37 python3 bench/tune_mma.py --prefill \
+            --prefill-dims "${dq%%:*}" --dtypes f16 --settings 64:128:1 --iters 20 --out /tmp/tq >> "$O/qsmem.txt" 2>&1
+    done
+done
 fi
 ls -la "$O"
