@@ -7,7 +7,6 @@
 #     bash bench/gpu_call.sh switches   # the untimed switches alone: timing, and pytest with them on
 #     bash bench/gpu_call.sh defaults   # the committed defaults in one call: benchmark, suite, sweeps
 #     bash bench/gpu_call.sh qsmem      # prefill with Q's fragments in shared memory (ptxas: no spill)
-#     bash bench/gpu_call.sh exp2modes  # prefill with ATTN_MMA_EXP2 0, 1 and 2; the GPU tests with 2
 #
 # `defaults` is the one call that checks what is committed, with no switch set (575 s in limits):
 #   kernels-f16.{txt,json}, kernels-bf16.{txt,json}   as in `measure`
@@ -18,9 +17,6 @@
 # registers (the default below D = 256) and in shared memory (ATTNSWEEP_MMA_Q_SMEM_FROM), each with
 # and without ATTNSWEEP_MMA_EXP2: in shared memory the D = 128 kernel with 128-key tiles uses 242
 # registers and no spill, 255 and 72 spilled bytes with EXP2 in registers (ptxas -v, sm_90).
-# `exp2modes` (exp2.txt, kernels-f16-exp2-2.{txt,json}, pytest-exp2-2.txt; 560 s in limits):
-# tune_mma --prefill at D = 128 and 64 with ATTNSWEEP_MMA_EXP2 = 0, 1, 2, twice over, then
-# bench/kernels.py --no-fixed and `pytest -m gpu tests/gpu` with ATTNSWEEP_MMA_EXP2=2 everywhere.
 #
 # `switches` is for a session with little device time: it decides the defaults of
 # ATTNSWEEP_MMA_PREFILL_TILE_N and ATTNSWEEP_MMA_EXP2 (and ATTN_MMA_LAZY_RESCALE) in one call of 415 s:
@@ -58,9 +54,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
 
-PART=${1:?measure, check, switches, defaults, qsmem or exp2modes}
-case $PART in measure|check|switches|defaults|qsmem|exp2modes) ;;
-    *) echo "unknown part $PART: measure, check, switches, defaults, qsmem or exp2modes" >&2; exit 2;; esac
+PART=${1:?measure, check, switches, defaults or qsmem}
+case $PART in measure|check|switches|defaults|qsmem) ;;
+    *) echo "unknown part $PART: measure, check, switches, defaults or qsmem" >&2; exit 2;; esac
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
   nproc; python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)"; } \
@@ -146,16 +142,5 @@ for dq in 128:256 128:128 64:256 64:64; do
             --prefill-dims "${dq%%:*}" --dtypes f16 --settings 64:128:1 --iters 20 --out /tmp/tq >> "$O/qsmem.txt" 2>&1
     done
 done
-fi
-if [ "$PART" = exp2modes ]; then
-for rep in 1 2; do for d in 128 64; do for e in 0 1 2; do
-    echo "--- rep $rep D = $d ATTNSWEEP_MMA_EXP2=$e" >> "$O/exp2.txt"
-    ATTNSWEEP_MMA_EXP2=$e timeout 25 python3 bench/tune_mma.py --prefill --prefill-dims $d --dtypes f16 \
-        --settings 64:128:1 --iters 20 --out /tmp/te >> "$O/exp2.txt" 2>&1
-done; done; done
-ATTNSWEEP_MMA_EXP2=2 timeout 60 python3 bench/kernels.py --iters 30 --dtypes f16 --no-fixed --out /tmp/k2 \
-    > "$O/kernels-f16-exp2-2.txt" 2>&1
-cp /tmp/k2/kernels.json "$O/kernels-f16-exp2-2.json" 2>/dev/null
-ATTNSWEEP_MMA_EXP2=2 timeout 200 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider > "$O/pytest-exp2-2.txt" 2>&1
 fi
 ls -la "$O"

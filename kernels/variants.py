@@ -87,14 +87,14 @@ def _env_choice(var: str, default: int | None, allowed: tuple[int, ...]) -> int 
 MMA_PREFILL_TABLE = ((64, 64, 0), (128, 128, 1), (256, 128, 0))
 
 
-def _prefill_tiles(dims: int) -> tuple[int, int]:
+def _prefill_tiles(dims: int) -> tuple[int, bool]:
     """MMA_PREFILL_TABLE's (keys a tile, ATTN_MMA_EXP2) for head-dim buckets summing to `dims`."""
-    return next(((t, exp2) for limit, t, exp2 in MMA_PREFILL_TABLE if dims <= limit), (32, 0))
+    return next(((t, bool(exp2)) for limit, t, exp2 in MMA_PREFILL_TABLE if dims <= limit), (32, False))
 
 
-# ATTNSWEEP_MMA_EXP2 (0, 1 or 2: attention.hip ATTN_MMA_EXP2) and ATTNSWEEP_MMA_PREFILL_TILE_N (32, 64 or 128) override the table
+# ATTNSWEEP_MMA_EXP2 (0 or 1) and ATTNSWEEP_MMA_PREFILL_TILE_N (32, 64 or 128) override the table
 # for every mma variant (EXP2 decode included) and every prefill one up to 256 summed, to measure.
-MMA_EXP2 = _env_choice("ATTNSWEEP_MMA_EXP2", None, (0, 1, 2))
+MMA_EXP2 = _env_choice("ATTNSWEEP_MMA_EXP2", None, (0, 1))
 MMA_DECODE_ROWS = 16                    # rows per kv head up to which the mma path splits tiles by keys
 MMA_PREFILL_TILE_N = _env_choice("ATTNSWEEP_MMA_PREFILL_TILE_N", None, (32, 64, 128))
 # Prefill's 16-row tiles per warp (attention.hip MT): 2 reads each K and V fragment once for two
@@ -256,21 +256,20 @@ class Variant:
         return (self.fwd_expr, self.combine_expr)
 
     @property
-    def mma_exp2(self) -> int:
-        """FlashAttention 2's exponentials (ATTN_MMA_EXP2: 0 off, 1 with the row maximum of
-        unscaled scores, 2 of scores scaled in place): MMA_PREFILL_TABLE's choice for a prefill
-        tile of its head dims and keys, 0 for decode; ATTNSWEEP_MMA_EXP2 overrides."""
+    def mma_exp2(self) -> bool:
+        """FlashAttention 2's exponentials (ATTN_MMA_EXP2): MMA_PREFILL_TABLE's choice for a
+        prefill tile of its head dims and keys, off for decode; ATTNSWEEP_MMA_EXP2 overrides."""
         if self.path != "mma":
-            return 0
+            return False
         if MMA_EXP2 is not None:
-            return MMA_EXP2
+            return bool(MMA_EXP2)
         tile_n, exp2 = _prefill_tiles(self.dqk_bucket + self.dv_bucket)
-        return exp2 if self.block_m == 64 and self.tile_n == tile_n else 0
+        return self.block_m == 64 and exp2 and self.tile_n == tile_n
 
     def macro_options(self) -> list[str]:
         mma = [f"-DATTN_MMA_Q_SMEM_FROM={MMA_Q_SMEM_FROM}"] if self.path == "mma" else []
         if self.mma_exp2:
-            mma.append(f"-DATTN_MMA_EXP2={self.mma_exp2}")
+            mma.append("-DATTN_MMA_EXP2=1")
         return mma + [f"-D{defect_macro(d)}=1" for d in self.defects]
 
 

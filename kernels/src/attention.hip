@@ -873,10 +873,6 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 // Prefill's softmax is most of the instructions its tiles issue beside the mma and ldmatrix
 // (docs/decisions.md). kernels/variants.py MMA_PREFILL_TABLE turns it on where an H100 ran it
 // faster (prefill, head dims summing to 128 or less); at D = 128 it spills and is slower.
-// 2: the same exponent, but the scores scaled in place first, the maximum on the scaled scores
-// (an FMUL more a score than 1, one less than 0): the unscaled maximum keeps a scale and an
-// offset a row live across the tile, which at D = 128 with 128-key tiles spills (72 bytes
-// against 16, ptxas -v sm_90).
 #ifndef ATTN_MMA_EXP2
 #define ATTN_MMA_EXP2 0
 #endif
@@ -1146,9 +1142,9 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #if ATTN_MMA_EXP2
             float sc = ATTN_LOG2E;     // what the exponent multiplies s by: log2 e, or scale·log2 e
 #endif
-            if (!bias && (ATTN_MMA_EXP2 != 1 || qk_scale > 0.0f) && rvalid(x) && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
+            if (!bias && (!ATTN_MMA_EXP2 || qk_scale > 0.0f) && rvalid(x) && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
                 // every key visible (a prefill's tiles below the diagonal): scale only
-#if ATTN_MMA_EXP2 == 1
+#if ATTN_MMA_EXP2
                 // s stays unscaled; max(s)·scale is max(s·scale), bit for bit, for a positive scale
 #pragma unroll
                 for (int n = 0; n < NST; ++n)

@@ -115,41 +115,31 @@ def test_mma_kernel_defects_show_their_symptoms_on_host(tmp_path):
 
 @pytest.fixture(scope="module")
 def mma_emu_exp2(tmp_path_factory):
-    """A backend per ATTN_MMA_EXP2 mode, of its own: its loaded variants all built with that mode
-    (a backend keeps what it loaded by variant name, and the macro does not change the name)."""
-    made = {}
-
-    def backend(mode):
-        if mode not in made:
-            made[mode] = HostEmuBackend(cache=KernelCache(tmp_path_factory.mktemp(f"kcache-exp2-{mode}"), enabled=True),
-                                        mma=True)
-        return made[mode]
-    return backend
+    """A backend of its own: its loaded variants all built with ATTN_MMA_EXP2=1 (a backend keeps
+    what it loaded by variant name, and the macro does not change the name)."""
+    return HostEmuBackend(cache=KernelCache(tmp_path_factory.mktemp("kcache-exp2"), enabled=True), mma=True)
 
 
 @needs_gxx
-@pytest.mark.parametrize("mode", [1, 2])
 @pytest.mark.parametrize("case, shape", CASES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items())[:80]
                          if isinstance(x, dict) else x)
-def test_mma_kernel_with_exp2_softmax_on_host(mma_emu_exp2, monkeypatch, case, shape, mode):
-    """ATTNSWEEP_MMA_EXP2=1 and 2: the scores' exponent as one FFMA; the row maximum of fully
-    visible tiles on the unscaled scores (1) or on scores scaled in place (2); outputs, LSE and
-    partials as the reference's."""
+def test_mma_kernel_with_exp2_softmax_on_host(mma_emu_exp2, monkeypatch, case, shape):
+    """ATTNSWEEP_MMA_EXP2=1: the scores' exponent as one FFMA, the row maximum of fully visible
+    tiles on the unscaled scores; outputs, LSE and partials as the reference's."""
     from kernels import variants
 
-    monkeypatch.setattr(variants, "MMA_EXP2", mode)
+    monkeypatch.setattr(variants, "MMA_EXP2", 1)
     c = cfg(**case)
-    assert f"-DATTN_MMA_EXP2={mode}" in select_variant(c, mma=True).macro_options()
-    inputs, prepared, out = _emu_run(mma_emu_exp2(mode), c)
+    assert "-DATTN_MMA_EXP2=1" in select_variant(c, mma=True).macro_options()
+    inputs, prepared, out = _emu_run(mma_emu_exp2, c)
     _check_against_reference(c, inputs, out, prepared.block_n, TOL[c.dtype])
 
 
 @needs_gxx
-@pytest.mark.parametrize("mode", [1, 2])
-def test_mma_exp2_softmax_keeps_the_guards_symptom_on_host(tmp_path, monkeypatch, mode):
+def test_mma_exp2_softmax_keeps_the_guards_symptom_on_host(tmp_path, monkeypatch):
     from kernels import variants
 
-    monkeypatch.setattr(variants, "MMA_EXP2", mode)
+    monkeypatch.setattr(variants, "MMA_EXP2", 1)
     c = cfg(causal=True, seq_len_q=40, num_heads_q=1, seq_len_k=128, split_kv=2, return_lse=True)
     _, _, out = _emu_run(HostEmuBackend({"no_neginf_guard"}, cache=KernelCache(tmp_path, enabled=True), mma=True), c)
     assert np.isnan(out.out.astype(np.float64)).any()
