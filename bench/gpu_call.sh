@@ -8,9 +8,10 @@
 #     bash bench/gpu_call.sh defaults   # the committed defaults in one call: benchmark, suite, sweeps
 #     bash bench/gpu_call.sh qsmem      # prefill with Q's fragments in shared memory (ptxas: no spill)
 #
-# `defaults` is the one call that checks what is committed, with no switch set (575 s in limits):
+# `defaults` is the one call that checks what is committed, with no switch set (570 s in limits;
+# eight files, as many as the device tool returns):
 #   kernels-f16.{txt,json}, kernels-bf16.{txt,json}   as in `measure`
-#   pytest.txt                `pytest -m gpu tests/gpu`
+#   env-and-pytest.txt        the device, `pytest -m gpu tests/gpu`
 #   sweep.log, sweep.json     bench/sweep.py, 2,000 configs, warm and then cold compile cache
 #   mma-space.txt             as in `check`
 # `qsmem` (qsmem.txt, 300 s in limits): tune_mma --prefill at D = 128 and 64 with Q's fragments in
@@ -125,7 +126,8 @@ timeout 80 python3 bench/gpu_evidence.py --jobs 16 --steps sweep --sweep 2000 --
     --out /tmp/mma > "$O/mma-space.txt" 2>&1
 fi
 if [ "$PART" = defaults ]; then
-timeout 170 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider > "$O/pytest.txt" 2>&1
+mv "$O/env-defaults.txt" "$O/env-and-pytest.txt"
+timeout 170 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider >> "$O/env-and-pytest.txt" 2>&1
 timeout 160 python3 bench/sweep.py --backend cuda --samples 2000 --jobs 16 --cache-dir /tmp/swc \
     --out /tmp/sweep.json > "$O/sweep.log" 2>&1
 cp /tmp/sweep.json "$O/sweep.json" 2>/dev/null
