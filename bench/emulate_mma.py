@@ -55,11 +55,12 @@ def main() -> None:
             print(f"FAIL {prepared.variant} {fails} {c.to_json()}", flush=True)
         print(f"\r{i + 1}/{len(configs)} configs, {failing} failing", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    row_tiles = sorted({select_variant(c, mma=True).row_tiles for c in configs})
+    # which tiles and exponentials ran: the defaults come from MMA_PREFILL_TABLE and the environment
+    ran = sorted({select_variant(c, mma=True) for c in configs}, key=lambda v: v.name)
+    row_tiles = sorted({v.row_tiles for v in ran})
     print(f"{a.configs}: {len(configs)} configs on {len(variants)} mma variants (row tiles {row_tiles}), "
           f"{failing} failing, {time.perf_counter() - t0:.0f} s")
-    # which tiles and exponentials ran: the defaults come from MMA_PREFILL_TABLE and the environment
-    for v in sorted({select_variant(c, mma=True) for c in configs}, key=lambda v: v.name):
+    for v in ran:
         print(f"  {v.name}{'  ATTN_MMA_EXP2' if v.mma_exp2 else ''}")
     sys.exit(1 if failing else 0)
 

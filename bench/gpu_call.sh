@@ -59,6 +59,14 @@ PART=${1:?measure, check, switches, defaults or qsmem}
 case $PART in measure|check|switches|defaults|qsmem) ;;
     *) echo "unknown part $PART: measure, check, switches, defaults or qsmem" >&2; exit 2;; esac
 
+# bench/gpu_evidence.py's sweep pinned to the mma path's space (layouts, head dims 8-256), seed $1
+mma_space_sweep() {
+    timeout 80 python3 bench/gpu_evidence.py --jobs 16 --steps sweep --sweep 2000 --seed "$1" \
+        --sweep-arg=--dtypes=f16,bf16 --sweep-arg=--range=trans_q=0 --sweep-arg=--range=trans_k=0 \
+        --sweep-arg=--range=trans_v=0 --sweep-arg=--range=head_dim_qk=8:256 --sweep-arg=--range=head_dim_v=8:256 \
+        --out /tmp/mma > "$O/mma-space.txt" 2>&1
+}
+
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
   nproc; python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)"; } \
     > "$O/env-$PART.txt" 2>&1
@@ -120,10 +128,7 @@ ATTNSWEEP_MMA_EXP2=1 timeout 60 python3 -m pytest -q -m gpu tests/gpu -p no:cach
 
 timeout 100 python3 bench/sweep.py --backend cuda --samples 2000 --jobs 16 --cache-dir /tmp/swc --skip-cold \
     --out /tmp/sweep.json > "$O/sweep.log" 2>&1
-timeout 80 python3 bench/gpu_evidence.py --jobs 16 --steps sweep --sweep 2000 --seed 2033 \
-    --sweep-arg=--dtypes=f16,bf16 --sweep-arg=--range=trans_q=0 --sweep-arg=--range=trans_k=0 \
-    --sweep-arg=--range=trans_v=0 --sweep-arg=--range=head_dim_qk=8:256 --sweep-arg=--range=head_dim_v=8:256 \
-    --out /tmp/mma > "$O/mma-space.txt" 2>&1
+mma_space_sweep 2033
 fi
 if [ "$PART" = defaults ]; then
 mv "$O/env-defaults.txt" "$O/env-and-pytest.txt"
@@ -131,10 +136,7 @@ timeout 170 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider >> "$O/env
 timeout 160 python3 bench/sweep.py --backend cuda --samples 2000 --jobs 16 --cache-dir /tmp/swc \
     --out /tmp/sweep.json > "$O/sweep.log" 2>&1
 cp /tmp/sweep.json "$O/sweep.json" 2>/dev/null
-timeout 80 python3 bench/gpu_evidence.py --jobs 16 --steps sweep --sweep 2000 --seed 2034 \
-    --sweep-arg=--dtypes=f16,bf16 --sweep-arg=--range=trans_q=0 --sweep-arg=--range=trans_k=0 \
-    --sweep-arg=--range=trans_v=0 --sweep-arg=--range=head_dim_qk=8:256 --sweep-arg=--range=head_dim_v=8:256 \
-    --out /tmp/mma > "$O/mma-space.txt" 2>&1
+mma_space_sweep 2034
 fi
 if [ "$PART" = qsmem ]; then
 for dq in 128:256 128:128 64:256 64:64; do
