@@ -44,7 +44,9 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, body: Swe
     request_extra = {"defects": list(body.defects), **(extra_request or {}), **({"configs": len(configs)} if explicit else {})}
     try:
         sweep_id, sampled = plan_sweep(session, spec, device_total_memory=memory, device=device,
-                                       configs=configs, request_extra=request_extra)
+                                       configs=configs, request_extra=request_extra,
+                                       sanitize=(body.sanitize, body.sanitize_share) if body.sanitize else None,
+                                       defects=tuple(sorted(body.defects)))
     except SamplingExhausted as exc:
         raise ProblemError([("max_draws", str(exc))]) from None
     if sampled is not None:

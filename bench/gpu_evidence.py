@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from attnconfig.outcomes import OUTCOMES  # noqa: E402
 from kernels.backend import DEFECTS  # noqa: E402
 from sweeps.policy import GATE_BOUNDS  # noqa: E402
 
@@ -158,7 +159,7 @@ def step_pool(a) -> dict:
     false_fail = [r for r in judged if r["outcome"] != "pass"]
     print(f"\n== calibration pool: {len(rows)} configs from {len(files)} sweeps ({', '.join(f.name for f in files)})")
     print("outcomes: " + ", ".join(f"{o}={sum(r['outcome'] == o for r in rows)}" for o in
-                                    ("pass", "fail", "nan", "error", "timeout", "oom", "not_applicable")))
+                                    OUTCOMES))
     print(f"{'dtype':6} {'n':>6} {'worst row_err':>14} {'bound':>10} {'margin':>7} {'worst lse_abs':>14} {'bound':>10} {'margin':>7}")
     table = {}
     for dtype in sorted({r["dtype"] for r in judged}):

@@ -223,7 +223,7 @@ class Bench:
     # --- 2. end to end -------------------------------------------------------------------------
     def end_to_end(self) -> None:
         from store.db import session_scope
-        from sweeps.embedded import execute_sweep
+        from workers.embedded import execute_sweep
         from sweeps.plan import plan_sweep
         from sweeps.spec import SweepSpec
 

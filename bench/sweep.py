@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.sweep --backend cpu --samples 40 --jobs 2  (a quick check anywhere)
 
 Plans one sweep (default distribution, --seed, --samples) and runs it twice through
-sweeps/embedded.py, exactly what `attnsweep run --jobs N` does (a spawned process pool, one
+workers/embedded.py, exactly what `attnsweep run --jobs N` does (a spawned process pool, one
 result row per config in the database):
 
 1. warm: every kernel variant of the sweep is compiled into the compile cache first (not
@@ -42,7 +42,7 @@ from kernels import get_backend
 from store.db import session_scope
 from store.migrate import upgrade
 from store import repo
-from sweeps.embedded import execute_sweep, start_pool_server
+from workers.embedded import execute_sweep, start_pool_server
 from sweeps.filters import host_cost, reference_flops
 from sweeps.plan import plan_sweep
 from sweeps.result import ConfigResult
@@ -218,7 +218,7 @@ def compare_runs(runs: list[dict], baseline: dict) -> dict:
 
 def pool_idle(results: list[ConfigResult], epoch0: float, wall: float) -> dict | None:
     """Process-seconds the pool spent outside run_config, from each result's epoch times
-    (sweeps/embedded.py): starting (spawn, imports, the backend and its GPU context), before
+    (workers/embedded.py): starting (spawn, imports, the backend and its GPU context), before
     its first config; between configs (queues, pickling, freeing the last config's memory);
     after its last (the tail)."""
     by_pid: dict[float, list[ConfigResult]] = {}

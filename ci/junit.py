@@ -1,7 +1,9 @@
 """A sweep as JUnit XML, the report format CI systems display natively.
 
-One <testcase> per config, in sampled order. fail and nan are <failure>s; error, timeout and
-oom are <error>s (the kernel did not produce an output to judge); not_applicable, cancelled
+One <testcase> per config, in sampled order. fail, nan, fault (the kernel faulted or stored
+outside its buffers) and unsafe (compute-sanitizer found a memory error or a race) are
+<failure>s: the kernel is wrong. error, timeout and oom are <error>s (no output to judge);
+not_applicable, cancelled
 and not-yet-run configs are <skipped>. A failure's text holds its metrics, the gates it was
 judged by and its one-line reproducer. In a pull request's report a failure the base branch
 already had says so in its message.
@@ -17,7 +19,7 @@ from typing import Any, Collection, Iterable
 from attnconfig.outcomes import METRIC_KEYS
 from store.models import ConfigRun, Sweep
 
-FAILURES = ("fail", "nan")
+FAILURES = ("fail", "nan", "fault", "unsafe")
 ERRORS = ("error", "timeout", "oom")
 _NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd]")
 

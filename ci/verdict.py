@@ -2,7 +2,8 @@
 
 - Not finished (queued, running): `pending`. Failed or cancelled: `error` (the sweep, not the
   kernels, went wrong; its `error` says why).
-- A push: `fail` when any config failed (fail, nan, error, timeout, oom), else `pass`.
+- A push: `fail` when any config failed (attnconfig.outcomes.FAILING_OUTCOMES: fail, nan, fault,
+  unsafe, error, timeout, oom), else `pass`.
 - A pull request: its failures are compared, config by config (the config's content hash), with
   those of the latest finished sweep of the base branch. A failure the base also had is *known*:
   listed, but it does not fail the check. Any other failure is *new* and fails it, including a

@@ -73,24 +73,28 @@ def run(
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="local worker processes (embedded mode; default 1, with --gpus one per entry), dealt round-robin over --gpus"),
     defect: list[str] = typer.Option([], "--defect", help="compile a known bug into the kernels (proof that sweeps catch it)"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="all, or GPU indices like 0,1: spread the sweep over these GPUs, each process pinned to one (repeats share a GPU)"),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help="seconds a config may run before it is stored as timeout and its process replaced (default: ATTNSWEEP_CONFIG_TIME_LIMIT_S; 0: none)"),
+    sanitize: Optional[str] = typer.Option(None, "--sanitize", help="run configs under compute-sanitizer: memcheck|racecheck|synccheck|initcheck (cuda only); a finding stores the config as unsafe"),
+    sanitize_share: float = typer.Option(1.0, "--sanitize-share", help="with --sanitize: the share of configs sanitized, stratified by kernel variant (every variant at least once)"),
 ) -> None:
-    """Sample, prefilter, run and verify a sweep in this process; store every result."""
+    """Sample, prefilter, run and verify a sweep in worker processes of this machine; store every result."""
     from cli.report import print_summary, sweep_report
     from cli.progress import progress_bar
     from kernels import get_backend
     from kernels.backend import BackendUnavailable
     from store.db import session_scope
     from store.migrate import upgrade
-    from sweeps.embedded import execute_sweep
+    from workers.embedded import execute_sweep
     from sweeps.plan import plan_sweep
     from sweeps.sampler import SamplingExhausted
+    from workers.sanitize import check_request
 
     spec = _spec(samples=samples, seed=seed, dtypes=dtypes, backend=backend, label=label, max_tokens=max_tokens,
                  splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
                  reference_bytes_limit=reference_bytes_limit, ranges=range_)
     defects = frozenset(defect)
     if (jobs or 0) > 1 or gpus is not None:
-        from sweeps.embedded import start_pool_server
+        from workers.embedded import start_pool_server
 
         start_pool_server()  # its imports overlap the backend's start and the planning below
     try:
@@ -98,6 +102,11 @@ def run(
     except (BackendUnavailable, ValueError) as exc:
         fail(f"backend: {exc}")
     info = be.device_info()
+    try:
+        check_request(sanitize, info.backend, sanitize_share)
+    except ValueError as exc:
+        be.close()
+        fail("--" + str(exc).replace("sanitize_share", "sanitize-share"))
     gpu_list: list[int] = []
     if gpus is not None:
         from kernels.devices import resolve_gpus
@@ -116,7 +125,9 @@ def run(
     t0 = time.perf_counter()
     try:
         with session_scope(url) as s:
-            sweep_id, _ = plan_sweep(s, spec, device_total_memory=info.total_memory, device=info.device)
+            sweep_id, _ = plan_sweep(s, spec, device_total_memory=info.total_memory, device=info.device,
+                                     sanitize=(sanitize, sanitize_share) if sanitize else None,
+                                     defects=tuple(sorted(defects)))
     except SamplingExhausted as exc:
         fail(str(exc))
     console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}, backend {info.backend} on {info.device}"
@@ -128,7 +139,7 @@ def run(
     be.close()
     with progress_bar(console, total, "configs") as advance:
         execute_sweep(url, sweep_id, info.backend, defects=defects, jobs=jobs, on_result=lambda r: advance(r.outcome),
-                      gpus=gpu_list)
+                      gpus=gpu_list, time_limit_s=time_limit)
     wall = time.perf_counter() - t0
     report = sweep_report(url, sweep_id, wall)
     print_summary(Console(), url, sweep_id, report)

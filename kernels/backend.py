@@ -21,7 +21,14 @@ DEFECTS = {
     "floor_blocks_per_split": "blocks per split by floor division (0 iterations when n_blocks < split_kv)",
     "no_zero_sum_guard": "final scaling divides acc by l without the l == 0 guard",
     "causal_off_by_one": "causal mask hides key j == q + prefix (an off-by-one in the causal bound)",
+    "oob_store": "the combine stores the last row's output 1 TiB past O (a device fault on a GPU; split_kv > 1)",
+    "oob_store_small": "the combine stores the last row's last value 2 elements past the end of O (no fault; split_kv > 1)",
+    "missing_barrier": "the combine reads its thread groups' sums without the barrier that orders them (a race; split_kv > 1)",
+    "hang": "the combine spins forever on the last row (split_kv > 1)",
 }
+
+# Defects the cpu emulation has no model of: a race needs threads that share memory.
+GPU_ONLY_DEFECTS = frozenset({"missing_barrier"})
 
 
 class BackendUnavailable(RuntimeError):
@@ -56,6 +63,17 @@ class LaunchError(Exception):
 
 class DeviceOutOfMemory(Exception):
     """An allocation on the device failed."""
+
+
+class DeviceFault(Exception):
+    """The config's kernels did something a correct kernel never does: an illegal or misaligned
+    access, a trap, a store into a guard zone. `poisons`: the driver made the error sticky, so
+    the process's context is unusable and the process must be replaced before another config
+    runs (every later driver call would fail with the same error)."""
+
+    def __init__(self, message: str, poisons: bool):
+        self.poisons = poisons
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -100,6 +118,9 @@ class Backend(abc.ABC):
     #: run() mostly waits on a device (copies, the kernel) instead of computing on this host's
     #: CPU, so sweeps.runner runs it in a thread beside the host reference
     waits_on_device: bool = False
+    #: a sticky device error (DeviceFault with poisons) left this backend's context unusable:
+    #: nothing may run on it again in this process
+    poisoned: bool = False
 
     def __init__(self, defects: frozenset[str] = frozenset()):
         unknown = set(defects) - set(DEFECTS)

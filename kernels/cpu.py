@@ -24,7 +24,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from attnconfig import AttentionConfig, parse_config
-from kernels.backend import DEFECTS, Backend, DeviceInfo, Prepared, RunOutput
+from kernels.backend import DEFECTS, GPU_ONLY_DEFECTS, Backend, DeviceFault, DeviceInfo, Prepared, RunOutput
+from kernels.guards import CANARY, GUARD_BYTES, check_guards, padded_bytes
 from kernels.source import KernelSource
 from reference import chunks, masks, splits
 from reference.inputs import output_dtypes, value_dtype
@@ -55,13 +56,17 @@ class CpuEmulationBackend(Backend):
     def __init__(self, defects: frozenset[str] = frozenset(), block_n: int = DEFAULT_BLOCK_N,
                  source: KernelSource | None = None):
         switches = _source_switches(source)
-        super().__init__(frozenset(defects) | (switches & DEFECTS.keys()))
+        gpu_only = sorted(GPU_ONLY_DEFECTS & set(defects))
+        if gpu_only:
+            raise ValueError(f"defects: {', '.join(gpu_only)} is a race between GPU threads, which the cpu "
+                             "emulation does not run; use a GPU backend (with --sanitize racecheck)")
+        super().__init__(frozenset(defects) | (switches & (DEFECTS.keys() - GPU_ONLY_DEFECTS)))
         if block_n < 1:
             raise ValueError(f"block_n={block_n} must be >= 1")
         self.block_n = block_n
         self.kernel_source = source
         # Switches of the source that the emulation has no model of: it runs without them.
-        self.unemulated_switches = switches - DEFECTS.keys()
+        self.unemulated_switches = switches - self.defects
         self._source_hash = source.hash if source is not None else _source_hash()
 
     def device_info(self) -> DeviceInfo:
@@ -80,11 +85,18 @@ class CpuEmulationBackend(Backend):
             name += "_defects-" + "-".join(sorted(self.defects))
         return name
 
+    def _refuse_if_poisoned(self) -> None:
+        if self.poisoned:
+            raise DeviceFault("the emulated context is unusable after an earlier config's emulated device "
+                              "fault (oob_store), as a GPU context is after a sticky error", poisons=True)
+
     def prepare(self, config: AttentionConfig) -> Prepared:
+        self._refuse_if_poisoned()
         c = parse_config(config)
         return Prepared(variant=self.variant_name(c), block_n=self.block_n, source_hash=self._source_hash)
 
     def run(self, prepared: Prepared, config: AttentionConfig, inputs: Mapping[str, Any]) -> RunOutput:
+        self._refuse_if_poisoned()
         c = parse_config(config)
         started = time.perf_counter()
         block_n = prepared.block_n
@@ -101,7 +113,11 @@ class CpuEmulationBackend(Backend):
         out_dtype, lse_dtype = output_dtypes(c)
         o_shape = (c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v)
         o_physical = o_shape[:2] + (o_shape[3], o_shape[2]) if c.trans_o else o_shape
-        o_buffer = np.full(o_physical, np.nan, dtype=out_dtype)
+        # O inside guard zones (kernels/guards.py), as the GPU backends allocate it.
+        o_bytes = int(np.prod(o_physical)) * np.dtype(out_dtype).itemsize
+        o_raw = np.full(padded_bytes(o_bytes), CANARY, dtype=np.uint8)
+        o_buffer = o_raw[GUARD_BYTES:GUARD_BYTES + o_bytes].view(out_dtype).reshape(o_physical)
+        o_buffer[...] = np.nan
         lse_buffer = np.full(o_shape[:3], np.nan, dtype=lse_dtype) if c.return_lse else None
         # f16 and bf16 kernels round P to the storage type for the tensor-core P·V; i8 to f16.
         p_dtype = None if c.dtype == "f32" else value_dtype(c.dtype)
@@ -116,7 +132,11 @@ class CpuEmulationBackend(Backend):
             out_f32, lse_f32 = o_partials[0], lse_partials[0]
         else:
             out_f32, lse_f32 = splits.combine_unmasked(o_partials, lse_partials)
+            self._combine_defects(out_f32, o_raw, o_bytes, np.dtype(out_dtype))
         logical_view(o_buffer, c.trans_o)[...] = out_f32.astype(out_dtype)
+        violation = check_guards("o", o_raw, o_bytes, np.dtype(out_dtype).itemsize)
+        if violation is not None:
+            raise DeviceFault(violation.describe(), poisons=False)
         if lse_buffer is not None:
             lse_buffer[...] = lse_f32.astype(lse_dtype)
         run_s = time.perf_counter() - started
@@ -127,3 +147,19 @@ class CpuEmulationBackend(Backend):
             lse_partials=lse_partials if S > 1 else None,
             run_s=run_s,
         )
+
+    def _combine_defects(self, out_f32: np.ndarray, o_raw: np.ndarray, o_bytes: int, out_dtype: np.dtype) -> None:
+        """The combine kernel's fault defects as the emulation models them: the illegal store as
+        a fault that leaves the emulated context unusable, the small one as a store 2 elements
+        past O into its guard zone, the hang as a loop the per-config time limit ends."""
+        if "oob_store" in self.defects:
+            self.poisoned = True
+            raise DeviceFault("combine: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered "
+                              "(cpu emulation of the oob_store defect)", poisons=True)
+        if "oob_store_small" in self.defects:
+            at = GUARD_BYTES + o_bytes + out_dtype.itemsize   # element count + 1
+            o_raw[at:at + out_dtype.itemsize] = np.frombuffer(
+                np.asarray(out_f32.flat[-1], dtype=out_dtype).tobytes(), dtype=np.uint8)
+        if "hang" in self.defects:
+            while True:
+                time.sleep(0.05)

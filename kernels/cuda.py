@@ -19,6 +19,7 @@ import numpy as np
 from kernels.backend import (
     BackendUnavailable,
     CompileError,
+    DeviceFault,
     DeviceInfo,
     DeviceOutOfMemory,
     LaunchError,
@@ -58,6 +59,17 @@ def cuda_include_dir() -> str | None:
     except Exception:  # pathfinder missing or too old: fall through to the error below
         pass
     return None
+
+
+# Errors a kernel leaves in its context: every later call of the process fails with them (the
+# CUDA driver API's "persistent" errors). The config that launched it is a `fault`, and the
+# process must be replaced.
+STICKY_ERRORS = frozenset({
+    "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC", "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "CUDA_ERROR_ASSERT", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_LAUNCH_TIMEOUT",
+    "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_TENSOR_MEMORY_LEAK", "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+})
 
 
 class CudaBackend(DeviceBackend):
@@ -109,6 +121,9 @@ class CudaBackend(DeviceBackend):
         if err != self._driver.CUresult.CUDA_SUCCESS:
             if err == self._driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
                 raise DeviceOutOfMemory(f"{what}: {self._err_str(err)}")
+            if getattr(err, "name", str(err)).split(".")[-1] in STICKY_ERRORS:
+                self.poisoned = True
+                raise DeviceFault(f"{what} failed: {self._err_str(err)}", poisons=True)
             raise exc(f"{what} failed: {self._err_str(err)}")
         if not rest:
             return None
@@ -229,6 +244,8 @@ class CudaBackend(DeviceBackend):
             self._check(d.cuMemsetD32(dptr, pattern, count), "cuMemsetD32")
         elif elem_size == 2:
             self._check(d.cuMemsetD16(dptr, pattern, count), "cuMemsetD16")
+        elif elem_size == 1:
+            self._check(d.cuMemsetD8(dptr, pattern, count), "cuMemsetD8")
         else:
             raise ValueError(f"memset of {elem_size}-byte elements")
 

@@ -22,6 +22,7 @@ import numpy as np
 from kernels.backend import (
     BackendUnavailable,
     CompileError,
+    DeviceFault,
     DeviceInfo,
     DeviceOutOfMemory,
     LaunchError,
@@ -36,6 +37,15 @@ def _import_hip() -> tuple[Any, Any]:
     except ImportError as exc:
         raise BackendUnavailable(f"no ROCm runtime found: hip-python is not installed ({exc})") from None
     return hip, hiprtc
+
+
+# Errors a kernel leaves in its context (HIP's names for CUDA's sticky errors): every later call
+# of the process fails with them, so the process must be replaced.
+STICKY_ERRORS = frozenset({
+    "hipErrorIllegalAddress", "hipErrorLaunchFailure", "hipErrorAssert", "hipErrorIllegalState",
+    "hipErrorMisalignedAddress", "hipErrorInvalidAddressSpace", "hipErrorIllegalInstruction",
+    "hipErrorHardwareStackError", "hipErrorInvalidPc", "hipErrorLaunchTimeOut", "hipErrorECCNotCorrectable",
+})
 
 
 class HipBackend(DeviceBackend):
@@ -71,6 +81,9 @@ class HipBackend(DeviceBackend):
         if isinstance(err, h.hipError_t) and err != h.hipError_t.hipSuccess:
             if err == h.hipError_t.hipErrorOutOfMemory:
                 raise DeviceOutOfMemory(f"{what}: {err}")
+            if getattr(err, "name", str(err)).split(".")[-1] in STICKY_ERRORS:
+                self.poisoned = True
+                raise DeviceFault(f"{what} failed: {err}", poisons=True)
             raise exc(f"{what} failed: {err}")
         if not rest:
             return None
@@ -175,6 +188,8 @@ class HipBackend(DeviceBackend):
             self._check(h.hipMemsetD32(ctypes.c_void_p(dptr), pattern, count), "hipMemsetD32")
         elif elem_size == 2:
             self._check(h.hipMemsetD16(ctypes.c_void_p(dptr), pattern, count), "hipMemsetD16")
+        elif elem_size == 1:
+            self._check(h.hipMemsetD8(ctypes.c_void_p(dptr), pattern, count), "hipMemsetD8")
         else:
             raise ValueError(f"memset of {elem_size}-byte elements")
 

@@ -35,17 +35,22 @@ from attnconfig.footprint import splitkv_extra_bytes
 from kernels.backend import (
     DEFECTS,
     Backend,
+    DeviceFault,
     DeviceOutOfMemory,
     LaunchError,
     NotApplicable,
     Prepared,
     RunOutput,
 )
+from kernels.guards import CANARY, GUARD_BYTES, check_guards, fill_value_bits, padded_bytes
 from kernels.source import KernelSource
 
 SRC_DIR = Path(__file__).resolve().parent / "src"
 SOURCE_FILE = "attention.hip"
 HEADER_FILES = ("hip_compat.h",)
+
+# Defect switches compiled into the combine kernel (attn_splitkv_combine) alone.
+COMBINE_DEFECTS = frozenset({"oob_store", "oob_store_small", "missing_barrier", "hang"})
 
 HEAD_DIM_BUCKETS = (32, 64, 128, 256)   # compile-time buckets; above the last: general path
 GENERAL_BUCKET = 0
@@ -475,7 +480,8 @@ def fuses_combine(config: AttentionConfig, variant: Variant, max_splits: int | N
     max_splits, default FUSED_COMBINE_MAX_SPLITS): one launch, not two. Its last blocks to finish
     combine, in one level or two (fused_combine_group), none waiting on another."""
     limit = FUSED_COMBINE_MAX_SPLITS if max_splits is None else max_splits
-    return variant.mma_decode and 1 < config.split_kv <= limit
+    # The combine's defect switches live in the combine kernel: a variant built with one runs it.
+    return variant.mma_decode and 1 < config.split_kv <= limit and not COMBINE_DEFECTS & set(variant.defects)
 
 
 def fused_combine_group(split_kv: int) -> int:
@@ -650,6 +656,9 @@ class DeviceBackend(Backend, abc.ABC):
         self.cache = cache if cache is not None else KernelCache()
         self._loaded: dict[str, LoadedVariant] = {}
         self.last_alloc: dict[str, int] = {}   # bytes of each output buffer of the last run
+        #: bytes of guard zone on each side of every input and output (kernels/guards.py);
+        #: bench/sweep.py sets 0 to measure what they cost
+        self.guard_bytes = GUARD_BYTES
 
     # -- runtime calls ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -806,21 +815,33 @@ class DeviceBackend(Backend, abc.ABC):
             raise AssertionError(f"partial buffers {part_bytes} B != splitkv_extra_bytes {expected} B")
 
         buf: dict[str, int] = {}
+        allocs: list[int] = []
+        guard = self.guard_bytes
         events: tuple[Any, Any] | None = None
         try:
             t0 = time.perf_counter()
             for name, arr in host.items():
-                buf[name] = self._rt_malloc(max(arr.nbytes, 1))
+                base = self._rt_malloc(padded_bytes(max(arr.nbytes, 1), guard))
+                allocs.append(base)
+                if guard:   # NaN (or the largest integer) around it: see kernels/guards.py
+                    size, pattern = fill_value_bits(arr.dtype)
+                    self._rt_memset(base, size, pattern, padded_bytes(max(arr.nbytes, 1), guard) // size)
+                buf[name] = base + guard
                 self._rt_htod(buf[name], arr)
             for name, (shape, dtype) in outputs.items():
                 count = int(np.prod(shape))
-                buf[name] = self._rt_malloc(count * dtype.itemsize)
+                base = self._rt_malloc(padded_bytes(count * dtype.itemsize, guard))
+                allocs.append(base)
+                if guard:
+                    self._rt_memset(base, 1, CANARY, padded_bytes(count * dtype.itemsize, guard))
+                buf[name] = base + guard
                 size, pattern = nan_fill_pattern(dtype)
                 self._rt_memset(buf[name], size, pattern, count)
             self.last_alloc = {k: int(np.prod(s)) * d.itemsize for k, (s, d) in outputs.items()}
             scratch = self.combine_scratch(c, variant)
             for name, (count, dtype, zeroed) in scratch.items():
                 buf[name] = self._rt_malloc(count * dtype.itemsize)
+                allocs.append(buf[name])
                 if zeroed:
                     self._rt_memset(buf[name], dtype.itemsize, 0, count)
             counters = scratch["combine_count"][0] if scratch else 0
@@ -843,16 +864,23 @@ class DeviceBackend(Backend, abc.ABC):
 
             t1 = time.perf_counter()
             got = {}
+            violations = []
             for name, (shape, dtype) in outputs.items():
-                arr = np.empty(shape, dtype=dtype)
-                self._rt_dtoh(arr, buf[name])
-                got[name] = arr
+                nbytes = int(np.prod(shape)) * dtype.itemsize
+                raw = np.empty(padded_bytes(nbytes, guard), dtype=np.uint8)
+                self._rt_dtoh(raw, buf[name] - guard)   # the output and its guards in one copy
+                violation = check_guards(name, raw, nbytes, dtype.itemsize, guard)
+                if violation is not None:
+                    violations.append(violation.describe())
+                got[name] = raw[guard:guard + nbytes].view(dtype).reshape(shape)
             transfer_s += time.perf_counter() - t1
+            if violations:
+                raise DeviceFault("; ".join(violations), poisons=False)
         finally:
             if events is not None:
                 for ev in events:
                     self._safe(self._rt_event_destroy, ev)
-            for dptr in buf.values():
+            for dptr in allocs:
                 self._safe(self._rt_free, dptr)
 
         return RunOutput(
@@ -869,7 +897,7 @@ class DeviceBackend(Backend, abc.ABC):
         """Cleanup must not hide the error that got us here (a sticky launch error, say)."""
         try:
             fn(*args)
-        except (LaunchError, DeviceOutOfMemory):
+        except (LaunchError, DeviceOutOfMemory, DeviceFault):
             pass
 
 
@@ -878,3 +906,14 @@ def pack_kernel_params(args: Sequence[Arg]) -> tuple[Any, list[Any]]:
     objs = [a.as_ctypes() for a in args]
     arr = (ctypes.c_void_p * len(objs))(*[ctypes.addressof(o) for o in objs])
     return arr, objs
+
+
+def variant_key(config: AttentionConfig, defects: Sequence[str] = ()) -> str:
+    """The name of the variant any GPU backend would compile for `config` (or the reason none
+    applies): what a task batch and the sanitizer's stratified share group configs by. mma=True:
+    its variants partition configs more finely than any other device's, so a group holds one
+    variant whatever GPU runs it."""
+    try:
+        return select_variant(config, frozenset(defects), mma=True).name
+    except NotApplicable as exc:
+        return f"not_applicable:{exc.reason}"

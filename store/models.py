@@ -168,6 +168,11 @@ class ConfigRun(Base):
     reproducer: Mapped[str | None] = mapped_column(Text)
     worker: Mapped[str | None] = mapped_column(String(200))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Revision 0004: worker processes that began running this config. A process that dies in a
+    # config (a crash in a driver, the OOM killer) leaves it queued with one more start, so a
+    # config that kills every process that runs it is stored once it has used up its starts
+    # instead of being delivered forever (workers/execute.py MAX_STARTS).
+    starts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 

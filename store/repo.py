@@ -203,6 +203,16 @@ def pending_hashes(session: Session, sweep_id: int, hashes: Iterable[str]) -> se
     return set(rows)
 
 
+def begin_config(session: Session, sweep_id: int, config_hash: str) -> int:
+    """Count one more start of a queued config; returns the starts so far (0: not queued)."""
+    session.execute(update(ConfigRun).where(
+        ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash == config_hash, ConfigRun.state == "queued",
+    ).values(starts=ConfigRun.starts + 1))
+    starts = session.scalar(select(ConfigRun.starts).where(
+        ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash == config_hash, ConfigRun.state == "queued"))
+    return int(starts or 0)
+
+
 def mark_running(session: Session, sweep_id: int) -> None:
     """queued -> running, once: the first worker that starts a config of the sweep."""
     session.execute(
@@ -227,6 +237,14 @@ def finish_if_complete(session: Session, sweep_id: int) -> bool:
         .values(status="done", finished_at=now())
     )
     return done.rowcount == 1
+
+
+def sweep_sanitize(session: Session, sweep_id: int) -> tuple[str, frozenset[str]] | None:
+    """(compute-sanitizer tool, hashes of the configs picked for it) of a sweep, or None."""
+    request = session.scalar(select(Sweep.request).where(Sweep.id == sweep_id)) or {}
+    if not request.get("sanitize"):
+        return None
+    return request["sanitize"], frozenset(request.get("sanitize_configs") or ())
 
 
 def sweep_revision(session: Session, sweep_id: int) -> tuple[str | None, str | None]:

@@ -28,6 +28,9 @@ class ConfigResult:
     source_hash: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     reproducer: str = ""
+    #: not stored: the config left its process's device context unusable (a sticky fault), so
+    #: the process must be replaced before it runs another config
+    poisons_process: bool = False
 
     @property
     def config_hash(self) -> str:

@@ -22,6 +22,7 @@ from attnconfig import AttentionConfig
 from kernels.backend import (
     Backend,
     CompileError,
+    DeviceFault,
     DeviceOutOfMemory,
     LaunchError,
     NotApplicable,
@@ -134,6 +135,11 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
     except CompileError as exc:
         result.outcome = "timeout" if exc.timed_out else "error"
         result.detail = f"compile failed: {exc}\n{exc.log}"
+    except DeviceFault as exc:
+        result.outcome, result.poisons_process = "fault", exc.poisons
+        result.detail = f"device fault in {result.variant or 'the kernel'}: {exc}"
+        if result.variant is None:   # prepare itself failed: the context was already unusable
+            result.outcome, result.detail = "error", f"the device context was unusable before this config ran: {exc}"
     except LaunchError as exc:
         result.outcome, result.detail = "error", f"launch failed: {exc}\n{exc.log}"
     except DeviceOutOfMemory as exc:

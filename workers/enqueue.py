@@ -14,21 +14,10 @@ from celery import Celery
 
 from attnconfig import AttentionConfig
 from core.settings import Settings
+from kernels.variants import variant_key
 from workers.app import SWEEP_PRIORITY, TASK_RUN_CONFIGS, queue_kind
 
 Item = tuple[str, dict[str, Any]]  # (config_hash, config as JSON): what a task carries per config
-
-
-def variant_key(config: AttentionConfig, defects: Sequence[str] = ()) -> str:
-    from kernels.backend import NotApplicable
-    from kernels.variants import select_variant
-
-    try:
-        # mma=True: its variants partition configs more finely than any other device's, so a
-        # batch holds one variant whatever GPU runs it.
-        return select_variant(config, frozenset(defects), mma=True).name
-    except NotApplicable as exc:
-        return f"not_applicable:{exc.reason}"
 
 
 def items_of(configs: Sequence[AttentionConfig]) -> list[tuple[str, dict[str, Any], AttentionConfig]]:

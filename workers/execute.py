@@ -1,9 +1,16 @@
-"""What a worker does with one batch of configs: run each through sweeps.runner.run_config.
+"""What a Celery worker does with one batch of configs: run each through the executor and store it.
 
-The same `run_config` as the embedded runner; this module only adds what a queue needs:
-skip configs already recorded (a batch delivered twice) or cancelled, the per-config time
-limit, one transaction per result (a re-run replaces, never duplicates), and moving the sweep
+Every config runs through workers.executor.ConfigExecutor, as in the embedded pool; this module
+adds what a queue needs: skip configs already recorded (a batch delivered twice) or cancelled,
+one transaction per result (a re-run replaces, never duplicates), and moving the sweep
 queued -> running -> done.
+
+A config that leaves the device context unusable (a sticky fault) is stored as `fault` and the
+process ends right after (FAULT_EXIT); the task is acknowledged late and rejected on worker
+loss, so Celery starts a fresh process and delivers the batch again, whose stored configs are
+skipped. Each start of a config is counted before it runs (repo.begin_config): a config that
+ends every process that runs it without a result (a crash inside a driver, the OOM killer) is
+stored as `error` once it has used up MAX_STARTS, not delivered forever.
 
 A sweep that names a source bundle (a CI sweep of some commit) runs on a backend built from
 that bundle, read from the store once per worker process; results then carry the bundle's hash,
@@ -14,64 +21,26 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any, Callable, Sequence
 
 from attnconfig import AttentionConfig, parse_config
 from core.settings import Settings
-from kernels.backend import Backend
 from kernels.source import KernelSource
 from store import repo
 from store.db import session_scope
 from sweeps.heap import retain_freed_memory
 from sweeps.policy import gates_for
-from sweeps.result import ConfigResult, reproducer_command
-from sweeps.runner import run_config
-from workers.timelimit import ConfigTimeLimitExceeded, time_limit
+from sweeps.result import ConfigResult
+from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits, unrun_result
 
 log = logging.getLogger(__name__)
 
-# Exit status of a worker process ended by the watchdog (Celery replaces the process).
-WATCHDOG_EXIT = 70
+__all__ = ["FAULT_EXIT", "MAX_STARTS", "WATCHDOG_EXIT", "at_commit", "execute_batch"]
 
-
-BackendKey = tuple[str, frozenset[str], str | None]
-
-
-class BackendCache:
-    """One backend per (name, defects, source bundle) per worker process: a worker compiles a
-    variant once. Each commit a CI sweep tests is a bundle of its own; the least recently used
-    backends beyond `limit` are closed, so a long-lived worker does not keep every revision's
-    modules loaded."""
-
-    def __init__(self, limit: int = 8) -> None:
-        self._backends: OrderedDict[BackendKey, Backend] = OrderedDict()
-        self.limit = limit
-
-    def get(self, name: str, defects: frozenset[str], source: KernelSource | None = None) -> Backend:
-        key = (name, defects, source.hash if source is not None else None)
-        if key not in self._backends:
-            from kernels import get_backend
-
-            self._backends[key] = get_backend(name, defects=defects, source=source)
-            while len(self._backends) > self.limit:
-                old_key, _ = next(iter(self._backends.items()))
-                self._close(old_key)
-        self._backends.move_to_end(key)
-        return self._backends[key]
-
-    def drop(self, name: str, defects: frozenset[str], source: KernelSource | None = None) -> None:
-        """Forget a backend whose state a timed-out config may have broken; the next config makes a new one."""
-        self._close((name, defects, source.hash if source is not None else None))
-
-    def _close(self, key: BackendKey) -> None:
-        backend = self._backends.pop(key, None)
-        if backend is not None:
-            try:
-                backend.close()
-            except Exception:  # noqa: BLE001 - its state is already suspect; a new one replaces it
-                log.exception("closing backend %s failed", key[0])
+# Starts of one config by worker processes that ended without storing it, before it is stored
+# as `error` instead of being run again.
+MAX_STARTS = 3
 
 
 class BundleCache:
@@ -93,51 +62,6 @@ class BundleCache:
 
 
 BUNDLES = BundleCache()
-
-
-BACKENDS = BackendCache()
-
-
-def unrun_result(config: AttentionConfig, backend: Backend | None, backend_name: str, gates: dict[str, Any],
-                 outcome: str, detail: str, total_s: float | None = None) -> ConfigResult:
-    """A result for a config that did not finish (timeout) or could not start (no such backend here)."""
-    info = backend.device_info() if backend is not None else None
-    result = ConfigResult(
-        config=config, outcome=outcome, detail=detail, gates=gates,
-        backend=info.backend if info else backend_name, device=info.device if info else "",
-        driver_version=info.driver_version if info else "", compiler_version=info.compiler_version if info else "",
-        reproducer=reproducer_command(config, info.backend if info else backend_name, gates,
-                                      backend.defects if backend is not None else frozenset()),
-    )
-    if total_s is not None:
-        result.timings["total_s"] = total_s
-    return result
-
-
-def run_one(config: AttentionConfig, backend_name: str, defects: frozenset[str], err_ratio_gate: float | None,
-            settings: Settings, on_hard_timeout: Callable[[ConfigResult], None],
-            source: KernelSource | None = None) -> ConfigResult:
-    """run_config under the per-config time limit; a timeout is a result, not an exception."""
-    from kernels.backend import BackendUnavailable
-
-    gates = gates_for(config, err_ratio_gate=err_ratio_gate)
-    try:
-        backend = BACKENDS.get(backend_name, defects, source)
-    except BackendUnavailable as exc:
-        return unrun_result(config, None, backend_name, gates, "error", f"backend {backend_name} unavailable on this worker: {exc}")
-    limit = settings.config_time_limit_s
-    t0 = time.perf_counter()
-
-    def hard_timeout() -> None:
-        detail = f"exceeded the per-config time limit of {limit:g} s and did not stop within {settings.config_time_grace_s:g} s more"
-        on_hard_timeout(unrun_result(config, backend, backend_name, gates, "timeout", detail, time.perf_counter() - t0))
-
-    try:
-        with time_limit(limit, settings.config_time_grace_s, hard_timeout):
-            return run_config(config, backend, gates, overlap=None if settings.overlap_device else False)
-    except ConfigTimeLimitExceeded as exc:
-        BACKENDS.drop(backend_name, defects, source)
-        return unrun_result(config, backend, backend_name, gates, "timeout", str(exc), time.perf_counter() - t0)
 
 
 def execute_batch(
@@ -164,9 +88,14 @@ def execute_batch(
         if pending:
             repo.mark_running(s, sweep_id)
         source_hash, commit = repo.sweep_revision(s, sweep_id)
+        sanitize = repo.sweep_sanitize(s, sweep_id)
     if status is None:
         log.warning("sweep %s does not exist; %d configs dropped", sweep_id, len(items))
     source = BUNDLES.get(url, source_hash) if source_hash and pending else None
+    executor = ConfigExecutor(backend_name, defects, err_ratio_gate, Limits.of(settings), source,
+                              overlap=None if settings.overlap_device else False,
+                              sanitize=sanitize[0] if sanitize else None,
+                              sanitize_hashes=sanitize[1] if sanitize else frozenset())
     for i, (config_hash, config_json) in enumerate(items):
         if config_hash not in pending:
             counts["skipped"] += 1
@@ -175,6 +104,7 @@ def execute_batch(
             if repo.sweep_status(s, sweep_id) == "cancelled":
                 counts["skipped"] += len(items) - i
                 break
+            starts = repo.begin_config(s, sweep_id, config_hash)
         config = parse_config(config_json)
 
         def record_and_exit(result: ConfigResult, h: str = config_hash) -> None:
@@ -184,15 +114,26 @@ def execute_batch(
             _record(url, sweep_id, h, result, worker)
             exit_process(WATCHDOG_EXIT)
 
-        if source_hash and source is None:
-            result = unrun_result(config, None, backend_name, gates_for(config, err_ratio_gate=err_ratio_gate), "error",
+        gates = gates_for(config, err_ratio_gate=err_ratio_gate)
+        if starts > MAX_STARTS:
+            result = unrun_result(config, None, backend_name, gates, "error",
+                                  f"{starts - 1} worker processes ended while running this config without "
+                                  "storing a result (a crash in a driver, or killed); not run again")
+        elif source_hash and source is None:
+            result = unrun_result(config, None, backend_name, gates, "error",
                                   f"source bundle {source_hash} of this sweep is not in the store")
         else:
-            result = run_one(config, backend_name, defects, err_ratio_gate, settings, record_and_exit, source)
+            result = executor.run(config, record_and_exit)
         if commit:
             result.reproducer = at_commit(result.reproducer, commit)
         _record(url, sweep_id, config_hash, result, worker)
         counts[result.outcome] += 1
+        if result.poisons_process:
+            # Nothing may touch this context again: Celery replaces the process and delivers
+            # the batch again, whose stored configs are skipped.
+            log.error("sweep %s config %s: device fault; ending this worker process", sweep_id, config_hash)
+            exit_process(FAULT_EXIT)
+            return dict(counts)
     if not pending and status in repo.ACTIVE_STATUSES:
         # A batch delivered again after its worker died between a result and the check below.
         with session_scope(url) as s:

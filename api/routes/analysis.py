@@ -53,7 +53,7 @@ def read_failure_rates(sweep_id: int, query: Annotated[FailureRatesQuery, Query(
 
 @router.get("/{sweep_id}/failures", response_model=FailureRowsPublic, responses=ERRORS)
 def read_sweep_failures(sweep_id: int, query: Annotated[SweepFailuresQuery, Query()], session: SessionDep) -> FailureRowsPublic:  # type: ignore[valid-type]
-    """The sweep's failures (fail, nan, error, timeout, oom), filtered, sorted and paged as GET
+    """The sweep's failures (fail, nan, fault, unsafe, error, timeout, oom), filtered, sorted and paged as GET
     /failures; each with `check`: the metric that decided it against its bound, and why that bound."""
     sweep_or_404(session, sweep_id)
     flt = _in_sweep(result_filter(query, failures_only=True), sweep_id)

@@ -18,7 +18,7 @@ router = APIRouter(prefix="/failures", tags=["failures"])
 
 @router.get("", response_model=ConfigRunsPublic, responses={422: {"model": Problems}})
 def read_failures(query: Annotated[FailureQuery, Query()], session: SessionDep) -> ConfigRunsPublic:  # type: ignore[valid-type]
-    """Failed configs (fail, nan, error, timeout, oom), newest first; each with its reproducer."""
+    """Failed configs (fail, nan, fault, unsafe, error, timeout, oom), newest first; each with its reproducer."""
     flt = result_filter(query, failures_only=True)
     page = queries.failures(session, flt, sort=parse_sort(query.sort), offset=query.offset, limit=query.limit,
                             with_count=query.with_count)

@@ -23,10 +23,23 @@ class SweepCreate(SweepSpec):
         default=None, min_length=1, description="explicit configs to run instead of sampling (a regression set)")
     defects: list[Defect] = Field(  # type: ignore[valid-type]
         default_factory=list, description="known kernel bugs to compile in, to prove the sweep catches them")
+    sanitize: Literal["memcheck", "racecheck", "synccheck", "initcheck"] | None = Field(
+        default=None, description="run configs under NVIDIA compute-sanitizer with this tool (cuda workers only); "
+                                  "a finding stores the config as `unsafe`")
+    sanitize_share: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="with sanitize: the share of configs sanitized, stratified by "
+                                                 "kernel variant (every variant at least once)")
 
     @model_validator(mode="after")
     def _configs_or_samples(self) -> "SweepCreate":
         problems = []
+        if self.sanitize and self.backend in ("cpu", "hip"):
+            from workers.sanitize import check_request
+
+            try:
+                check_request(self.sanitize, self.backend)
+            except ValueError as exc:
+                problems.append(("sanitize", str(exc)))
         if self.configs is not None:
             if "samples" in self.model_fields_set:
                 problems.append(("samples", "give samples or configs, not both"))
@@ -42,7 +55,7 @@ class SweepCreate(SweepSpec):
         return self
 
     def spec(self) -> SweepSpec:
-        return SweepSpec.model_validate(self.model_dump(exclude={"configs", "defects"}))
+        return SweepSpec.model_validate(self.model_dump(exclude={"configs", "defects", "sanitize", "sanitize_share"}))
 
 
 class SweepAccepted(BaseModel):
@@ -61,7 +74,7 @@ class SweepAccepted(BaseModel):
 
 
 class SweepRerun(BaseModel):
-    failures_only: bool = Field(default=False, description="re-run only the configs that failed (fail, nan, error, timeout, oom)")
+    failures_only: bool = Field(default=False, description="re-run only the configs that failed (fail, nan, fault, unsafe, error, timeout, oom)")
     label: str | None = Field(default=None, description="label of the new sweep (default: the original's)")
 
 

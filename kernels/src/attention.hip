@@ -31,6 +31,12 @@
 //   ATTN_DEFECT_FLOOR_BLOCKS_PER_SPLIT blocks_per_split = n_blocks / S (floor)
 //   ATTN_DEFECT_NO_ZERO_SUM_GUARD      O_s = acc / l without the l == 0 guard
 //   ATTN_DEFECT_CAUSAL_OFF_BY_ONE      causal mask hides key j == q + prefix
+// and four that a sweep must survive and attribute (the combine kernel only, which every
+// variant built with one of them launches: kernels/variants.py fuses_combine):
+//   ATTN_DEFECT_OOB_STORE              the last row's output stored 1 TiB past O (illegal address)
+//   ATTN_DEFECT_OOB_STORE_SMALL        the last row's last value stored 2 elements past O's end
+//   ATTN_DEFECT_MISSING_BARRIER        thread groups' sums read without the barrier (a race)
+//   ATTN_DEFECT_HANG                   the last row's block spins forever
 #include "hip_compat.h"
 
 #ifndef ATTN_MAX_HEAD_DIM
@@ -1462,12 +1468,26 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
         for (int s = sg; s < num_splits; s += groups) num += w_s[s] * op_d[(long long)s * rows * dv];
     }
     red_s[tid] = num;
+#ifndef ATTN_DEFECT_MISSING_BARRIER
     __syncthreads();
+#endif
+#ifdef ATTN_DEFECT_HANG
+    if (row == rows - 1) {
+        volatile int spin = 1;
+        while (spin) { }
+    }
+#endif
     if (sg == 0 && d < dv) {
         float tot = 0.0f;
         for (int t = 0; t < groups; ++t) tot += red_s[t * dims + dd];
         OT* op = o + (long long)b * o_sb + (long long)h * o_sh + (long long)qi * o_ss;
         op[(long long)d * o_sd] = attn_from_float<OT>(zero ? 0.0f : tot / den);
+#ifdef ATTN_DEFECT_OOB_STORE
+        if (row == rows - 1) op[(1LL << 40) / (long long)sizeof(OT) + (long long)d * o_sd] = attn_from_float<OT>(tot);
+#endif
+#ifdef ATTN_DEFECT_OOB_STORE_SMALL
+        if (row == rows - 1 && d == dv - 1) o[rows * (long long)dv + 1] = attn_from_float<OT>(tot);
+#endif
     }
     if (lse && blockIdx.y == 0 && tid == 0) lse[row] = attn_from_float<LT>(zero ? ATTN_NEG_INF : M + logf(den));
     ATTN_MARK_C(7);

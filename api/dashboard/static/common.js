@@ -41,7 +41,8 @@ function el(tag, attrs, ...children) {
 }
 
 const OUTCOME_COLORS = {
-  pass: "#2e7d32", fail: "#c62828", nan: "#6a1b9a", error: "#ef6c00", timeout: "#8d6e63", oom: "#ad1457",
+  pass: "#2e7d32", fail: "#c62828", nan: "#6a1b9a", fault: "#b71c1c", unsafe: "#f9a825", error: "#ef6c00",
+  timeout: "#8d6e63", oom: "#ad1457",
   not_applicable: "#90a4ae",
 };
 const ACTIVE = new Set(["queued", "running"]);

@@ -48,7 +48,7 @@ function renderSweep(s) {
   const pct = s.configs_total ? (100 * s.configs_done) / s.configs_total : 0;
   document.getElementById("progress-bar").style.width = `${pct.toFixed(1)}%`;
   document.getElementById("progress-text").textContent = `${s.configs_done} / ${s.configs_total} configs done`;
-  const failures = ["fail", "nan", "error", "timeout", "oom"].reduce((n, o) => n + (s.outcomes[o] || 0), 0);
+  const failures = FAILING.reduce((n, o) => n + (s.outcomes[o] || 0), 0);
   const applicable = s.configs_done - (s.outcomes.not_applicable || 0);
   const facts = [
     ["failures", `${failures} (${fmtRate(applicable ? failures / applicable : null)} of ${applicable} applicable)`],

@@ -140,7 +140,7 @@ def test_failures_sort_and_pages(client, stored):
     [
         ("seq_len_k=abc", "seq_len_k", "expected N, A,B,C or LO:HI"),
         ("seq_len_k=9:3", "seq_len_k", "lo must be <= hi"),
-        ("outcome=pass", "outcome", "must be one of fail, nan, error, timeout, oom"),
+        ("outcome=pass", "outcome", "must be one of fail, nan, fault, unsafe, error, timeout, oom"),
         ("dtype=f64", "dtype", "must be one of f16"),
         ("gate=speed", "gate", "must be one of rms"),
         ("sort=config", "sort", "must be one of"),

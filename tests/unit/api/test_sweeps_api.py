@@ -250,3 +250,30 @@ def test_openapi_documents_every_endpoint_and_schema_family(client):
         assert name in schemas
     assert spec["paths"]["/sweeps"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/Problems")
     assert "bearer" in json.dumps(spec["components"].get("securitySchemes", {})).lower()
+
+
+def test_sanitize_picks_a_share_of_every_kernel_variant_and_is_refused_where_no_sanitizer_runs(client, settings):
+    from kernels.variants import variant_key
+
+    resp = client.post("/sweeps", json={"samples": 40, "seed": 3, "backend": "cuda", "ranges": SMALL,
+                                        "sanitize": "racecheck", "sanitize_share": 0.25})
+    assert resp.status_code == 202, resp.text
+    with session_scope(settings.database_url) as s:
+        sweep = s.get(Sweep, resp.json()["id"])
+        request = dict(sweep.request)
+        configs = {h: c for h, c in repo.queued_configs(s, sweep.id)}
+        assert repo.sweep_sanitize(s, sweep.id) == ("racecheck", frozenset(request["sanitize_configs"]))
+    from attnconfig import parse_config
+
+    by_variant: dict[str, list[str]] = {}
+    for h, c in configs.items():
+        by_variant.setdefault(variant_key(parse_config(c)), []).append(h)
+    picked = set(request["sanitize_configs"])
+    assert picked <= set(configs) and len(picked) < len(configs)
+    for hashes in by_variant.values():   # every variant, a quarter of it rounded up
+        assert len(picked & set(hashes)) == -(-len(hashes) // 4)
+    for backend, rule in (("cpu", "the cpu backend emulates the kernels"), ("hip", "unsupported on hip")):
+        bad = client.post("/sweeps", json={"samples": 2, "backend": backend, "sanitize": "memcheck"})
+        assert bad.status_code == 422 and rule in _problems(bad)["sanitize"], bad.text
+    bad = client.post("/sweeps", json={"samples": 2, "backend": "cuda", "sanitize": "memcheck", "sanitize_share": 1.5})
+    assert bad.status_code == 422 and "sanitize_share" in _problems(bad)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from kernels.source import KernelSource
 from kernels.variants import local_source
-from workers.execute import BackendCache, at_commit
+from workers.execute import at_commit
+from workers.executor import BackendCache
 
 
 def _bundle(i: int) -> KernelSource:

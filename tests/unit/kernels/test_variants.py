@@ -251,8 +251,8 @@ class HostEmuBackend(DeviceBackend):
         ctypes.memmove(host.ctypes.data, dptr, host.nbytes)
 
     def _rt_memset(self, dptr: int, elem_size: int, pattern: int, count: int) -> None:
-        ct = ctypes.c_uint16 if elem_size == 2 else ctypes.c_uint32
-        (ct * count).from_address(dptr)[:] = [pattern] * count
+        dtype = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem_size]
+        np.frombuffer((ctypes.c_char * (count * elem_size)).from_address(dptr), dtype=dtype)[:] = pattern
 
     def _rt_launch(self, function, launch: Launch) -> None:
         lib, which = function
@@ -381,6 +381,27 @@ def test_kernel_source_defects_show_their_symptoms(tmp_path):
         else:
             assert not np.isnan(out.out).any(), defect
             assert np.abs(out.out - o_ref).max() > 0.05, defect
+
+
+@needs_gxx
+def test_a_store_past_o_that_does_not_fault_is_caught_by_the_guard_zone(tmp_path):
+    # The kernel source's own oob_store_small, run on the host: its stray store lands in O's
+    # guard zone, and the run is a fault naming the buffer, not a silent pass.
+    from kernels.backend import DeviceFault
+    from kernels.guards import GUARD_BYTES
+
+    cache = KernelCache(tmp_path, enabled=True)
+    c = cfg(dtype="f16", seq_len_q=2, seq_len_k=70, split_kv=3, return_lse=True)
+    clean = HostEmuBackend(cache=cache)
+    assert clean.guard_bytes == GUARD_BYTES
+    _emu_run(clean, c)   # the correct kernels leave every guard as it was
+    backend = HostEmuBackend({"oob_store_small"}, cache=cache)
+    with pytest.raises(DeviceFault, match="store outside o: 2 bytes of the guard after it changed, the nearest 2 bytes past its end") as caught:
+        _emu_run(backend, c)
+    assert not caught.value.poisons
+    backend.guard_bytes = 0   # without guards the same store passes unseen
+    _inputs, _prepared, out = _emu_run(backend, c)
+    assert np.isfinite(out.out).all()
 
 
 def test_a_device_backend_sizes_the_fused_combines_counters_from_the_plan(monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 from store import repo
 from store.db import session_scope
 from store.migrate import upgrade
-from sweeps.embedded import execute_sweep
+from workers.embedded import execute_sweep
 from sweeps.plan import plan_sweep
 from sweeps.spec import SweepSpec
 
@@ -126,7 +126,7 @@ def test_compare_runs_takes_the_mean_of_the_runs_around_the_baseline():
 
 def test_a_pool_takes_the_costliest_configs_first():
     from attnconfig import parse_config
-    from sweeps.embedded import largest_first
+    from workers.embedded import largest_first
     from sweeps.filters import host_cost, reference_flops
 
     base = dict(dtype="f16", g=1, seq_len_q=1, num_heads_q=8, num_heads_kv=8, head_dim_qk=64, head_dim_v=64)
@@ -176,7 +176,7 @@ def test_a_backend_that_cannot_load_in_the_pool_fails_the_sweep_with_its_error(s
 def test_results_that_arrive_while_the_store_is_busy_are_written_together():
     import time
 
-    from sweeps.embedded import STORE_BATCH_MAX, _results
+    from workers.embedded import STORE_BATCH_MAX, _results
 
     base = dict(dtype="f16", g=1, seq_len_q=1, num_heads_q=2, num_heads_kv=1, head_dim_qk=8, head_dim_v=8)
     todo = [dict(base, seq_len_k=16 + i) for i in range(24)]

@@ -1,7 +1,4 @@
 """run --gpus: processes dealt round-robin over the GPUs, pinned, every config stored once."""
-import multiprocessing as mp
-import os
-
 import pytest
 from sqlalchemy import func, select
 
@@ -9,37 +6,21 @@ from store import repo
 from store.db import session_scope
 from store.migrate import upgrade
 from store.models import ConfigRun
-from sweeps import embedded
-from sweeps.embedded import execute_sweep
+from workers import embedded
+from workers.embedded import execute_sweep
 from sweeps.plan import plan_sweep
 from sweeps.spec import SweepSpec
 
 
-@pytest.fixture
-def clean_worker_state(monkeypatch):
-    monkeypatch.setattr(embedded, "_worker", "embedded")
-    monkeypatch.setattr(embedded, "_backend", None)
-    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-        monkeypatch.delenv(var, raising=False)
+def test_processes_are_dealt_round_robin_and_pinned_through_the_parents_mask():
+    environ = {"CUDA_VISIBLE_DEVICES": "4,5"}
+    seen = [embedded.worker_name(slot, (0, 1), environ) for slot in range(4)]
+    assert seen == [("embedded-gpu4", 0), ("embedded-gpu5", 1)] * 2
+    assert embedded.worker_name(0, ()) == ("embedded", None)
 
 
-def test_processes_are_dealt_round_robin_and_pinned_through_the_parents_mask(clean_worker_state, monkeypatch):
-    counter = mp.Value("i", 0)
-    seen = []
-    for _ in range(4):  # what four pool processes do in turn, each in a fresh environment
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
-        monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
-        embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings(0, None), (0, 1), counter)
-        seen.append((embedded._worker, os.environ["CUDA_VISIBLE_DEVICES"], os.environ["HIP_VISIBLE_DEVICES"]))
-    assert seen == [("embedded-gpu4", "4", "4"), ("embedded-gpu5", "5", "5")] * 2
-
-
-def test_entries_sharing_a_gpu_are_told_apart(clean_worker_state):
-    counter = mp.Value("i", 0)
-    names = []
-    for _ in range(2):
-        embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings(0, None), (0, 0), counter)
-        names.append(embedded._worker)
+def test_entries_sharing_a_gpu_are_told_apart():
+    names = [embedded.worker_name(slot, (0, 0), {})[0] for slot in range(2)]
     assert names == ["embedded-gpu0.0", "embedded-gpu0.1"]
 
 

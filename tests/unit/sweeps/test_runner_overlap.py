@@ -118,14 +118,12 @@ def test_a_forked_child_gets_a_device_thread_of_its_own():
 
 
 def test_the_setting_reaches_the_embedded_workers(monkeypatch):
-    import sweeps.embedded as embedded
+    import workers.embedded as embedded
 
     monkeypatch.setenv("ATTNSWEEP_OVERLAP_DEVICE", "1")
-    embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings.now())
-    assert embedded._overlap is None   # the backend decides: a GPU one overlaps
+    assert embedded.ProcessSettings.now().overlap is None   # the backend decides: a GPU one overlaps
     monkeypatch.delenv("ATTNSWEEP_OVERLAP_DEVICE")
-    embedded._init_worker("cpu", frozenset(), embedded.ProcessSettings.now())
-    assert embedded._overlap is False  # the default: one after the other
+    assert embedded.ProcessSettings.now().overlap is False  # the default: one after the other
 
 
 @pytest.mark.timeout(120)
@@ -137,7 +135,7 @@ def test_a_bad_process_setting_fails_the_sweep_in_the_parent(sqlite_url, monkeyp
     from store import repo
     from store.db import session_scope
     from store.migrate import upgrade
-    from sweeps.embedded import execute_sweep
+    from workers.embedded import execute_sweep
     from sweeps.plan import plan_sweep
     from sweeps.spec import SweepSpec
 

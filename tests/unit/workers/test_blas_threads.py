@@ -65,7 +65,7 @@ def test_an_explicit_setting_wins():
 
 
 def test_the_embedded_pool_uses_the_same_cap(monkeypatch):
-    import sweeps.embedded as embedded
+    import workers.embedded as embedded
 
     for var in BLAS_THREAD_VARS:
         monkeypatch.setenv(var, "")  # registers the restore at teardown, then unset

@@ -1,0 +1,172 @@
+"""Running one config in a worker process so that whatever it does stays its own.
+
+The embedded pool (workers/embedded.py) and the Celery task (workers/execute.py) run every
+config through `ConfigExecutor.run`, which adds to sweeps.runner.run_config what a long-lived
+process needs:
+- one backend per (name, defects, source bundle) per process (BackendCache): a variant is
+  compiled once;
+- the per-config time limit (workers/timelimit.py): `timeout`, and a watchdog for a kernel that
+  never returns to Python, which hands the caller the `timeout` result and ends the process;
+- device faults: a config whose kernel left a sticky error in the context is stored as `fault`
+  and `ConfigResult.poisons_process` is set. The caller stores that result and then ends the
+  process (FAULT_EXIT) before anything else touches the context; its parent (Celery's pool, or
+  the embedded pool) starts a fresh process, where the configs not yet stored run;
+- sanitizer runs: a config picked for compute-sanitizer runs in a child process under it
+  (workers/sanitize.py) instead of in this one.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from attnconfig import AttentionConfig
+from kernels.backend import Backend, BackendUnavailable
+from kernels.source import KernelSource
+from sweeps.policy import gates_for
+from sweeps.result import ConfigResult, reproducer_command
+from sweeps.runner import run_config
+from workers.timelimit import ConfigTimeLimitExceeded, time_limit
+
+log = logging.getLogger(__name__)
+
+# Exit status of a worker process ended by the watchdog, and of one ended after a device fault
+# (its context is unusable). Celery and the embedded pool replace the process either way.
+WATCHDOG_EXIT = 70
+FAULT_EXIT = 71
+
+BackendKey = tuple[str, frozenset[str], str | None]
+
+
+class BackendCache:
+    """One backend per (name, defects, source bundle) per worker process: a worker compiles a
+    variant once. Each commit a CI sweep tests is a bundle of its own; the least recently used
+    backends beyond `limit` are closed, so a long-lived worker does not keep every revision's
+    modules loaded."""
+
+    def __init__(self, limit: int = 8) -> None:
+        self._backends: OrderedDict[BackendKey, Backend] = OrderedDict()
+        self.limit = limit
+
+    def get(self, name: str, defects: frozenset[str], source: KernelSource | None = None,
+            factory: Callable[[], Backend] | None = None) -> Backend:
+        key = (name, defects, source.hash if source is not None else None)
+        if key not in self._backends:
+            if factory is None:
+                from kernels import get_backend
+
+                factory = lambda: get_backend(name, defects=defects, source=source)  # noqa: E731
+            self._backends[key] = factory()
+            while len(self._backends) > self.limit:
+                old_key, _ = next(iter(self._backends.items()))
+                self._close(old_key)
+        self._backends.move_to_end(key)
+        return self._backends[key]
+
+    def drop(self, name: str, defects: frozenset[str], source: KernelSource | None = None) -> None:
+        """Forget a backend whose state a timed-out config may have broken; the next config makes a new one."""
+        self._close((name, defects, source.hash if source is not None else None))
+
+    def _close(self, key: BackendKey) -> None:
+        backend = self._backends.pop(key, None)
+        if backend is not None and not backend.poisoned:   # a poisoned context goes with its process
+            try:
+                backend.close()
+            except Exception:  # noqa: BLE001 - its state is already suspect; a new one replaces it
+                log.exception("closing backend %s failed", key[0])
+
+
+BACKENDS = BackendCache()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The per-config time limit and the watchdog's grace after it (seconds; 0: no limit)."""
+
+    config_s: float
+    grace_s: float
+
+    @classmethod
+    def of(cls, settings: Any) -> "Limits":
+        return cls(settings.config_time_limit_s, settings.config_time_grace_s)
+
+
+@dataclass
+class ConfigExecutor:
+    """Runs configs of one sweep's kind (backend, defects, source bundle) in this process."""
+
+    backend_name: str
+    defects: frozenset[str] = frozenset()
+    err_ratio_gate: float | None = None
+    limits: Limits = Limits(0.0, 0.0)
+    source: KernelSource | None = None
+    overlap: bool | None = False
+    sanitize: str | None = None              # a compute-sanitizer tool for the configs picked
+    sanitize_hashes: frozenset[str] = frozenset()
+    backends: BackendCache = field(default_factory=lambda: BACKENDS)
+    #: the backend in use already exists (the embedded pool loads it while it draws inputs)
+    backend_factory: Callable[[], Backend] | None = None
+
+    def backend(self) -> Backend:
+        return self.backends.get(self.backend_name, self.defects, self.source, self.backend_factory)
+
+    def run(self, config: AttentionConfig, on_hard_timeout: Callable[[ConfigResult], None],
+            drawn: tuple[Any, float] | None = None) -> ConfigResult:
+        """Run and judge `config`. Never raises for the config's own failures: a timeout, a
+        fault, a backend this host lacks are results. `on_hard_timeout` gets the `timeout`
+        result of a config stuck in C past the limit and its grace, from the watchdog thread;
+        it must store or hand it on and end the process."""
+        gates = gates_for(config, err_ratio_gate=self.err_ratio_gate)
+        try:
+            backend = self.backend()
+        except BackendUnavailable as exc:
+            return unrun_result(config, None, self.backend_name, gates, "error",
+                                f"backend {self.backend_name} unavailable on this worker: {exc}")
+        if self.sanitize and config.content_hash() in self.sanitize_hashes:
+            from workers.sanitize import run_sanitized
+
+            return run_sanitized(config, backend, gates, self.sanitize, self.limits)
+        t0 = time.perf_counter()
+
+        def hard_timeout() -> None:
+            detail = (f"exceeded the per-config time limit of {self.limits.config_s:g} s and did not stop "
+                      f"within {self.limits.grace_s:g} s more")
+            on_hard_timeout(unrun_result(config, backend, self.backend_name, gates, "timeout", detail,
+                                         time.perf_counter() - t0))
+
+        try:
+            with time_limit(self.limits.config_s, self.limits.grace_s, hard_timeout):
+                result = run_config(config, backend, gates, drawn=drawn, overlap=self.overlap)
+        except ConfigTimeLimitExceeded as exc:
+            self.backends.drop(self.backend_name, self.defects, self.source)
+            return unrun_result(config, backend, self.backend_name, gates, "timeout", str(exc),
+                                time.perf_counter() - t0)
+        if result.poisons_process or backend.poisoned:
+            result.poisons_process = True
+            log.error("config %s faulted on the device (%s); this process's context is unusable",
+                      config.content_hash(), result.detail.splitlines()[0] if result.detail else "")
+        return result
+
+
+def unrun_result(config: AttentionConfig, backend: Backend | None, backend_name: str, gates: dict[str, Any],
+                 outcome: str, detail: str, total_s: float | None = None,
+                 defects: frozenset[str] = frozenset()) -> ConfigResult:
+    """A result for a config that did not finish (timeout) or could not start (no such backend here)."""
+    info = None
+    if backend is not None and not backend.poisoned:
+        try:
+            info = backend.device_info()
+        except Exception:  # noqa: BLE001 - a stuck or broken device still gets its config stored
+            info = None
+    result = ConfigResult(
+        config=config, outcome=outcome, detail=detail, gates=gates,
+        backend=info.backend if info else backend_name, device=info.device if info else "",
+        driver_version=info.driver_version if info else "", compiler_version=info.compiler_version if info else "",
+        reproducer=reproducer_command(config, info.backend if info else backend_name, gates,
+                                      backend.defects if backend is not None else defects),
+    )
+    if total_s is not None:
+        result.timings["total_s"] = total_s
+    return result
