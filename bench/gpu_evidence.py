@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from attnconfig.outcomes import OUTCOMES  # noqa: E402
-from kernels.backend import DEFECTS  # noqa: E402
+from kernels.backend import NUMERIC_DEFECTS  # noqa: E402
 from sweeps.policy import GATE_BOUNDS  # noqa: E402
 
 METRIC_COLUMNS = ("config_hash", "dtype", "head_dim_v", "split_kv", "causal", "outcome", "failed_gate",
@@ -116,7 +116,7 @@ def step_calibrate(a, common) -> dict:
 def step_defects(a, common) -> dict:
     res = {}
     print(f"\n== defect switches, {a.defect_samples} configs each (default distribution, seed {a.seed + 2})")
-    for d in sorted(DEFECTS):
+    for d in sorted(NUMERIC_DEFECTS):
         rep = attnsweep_run(a.out, f"defect-{d}", "--samples", str(a.defect_samples), "--seed", str(a.seed + 2),
                             "--defect", d, *common)
         o = rep["outcomes"]

@@ -50,7 +50,7 @@ retain_freed_memory(Settings().heap_retain_mb)
 import numpy as np  # noqa: E402
 
 import reference as new  # noqa: E402
-from kernels.backend import DEFECTS  # noqa: E402
+from kernels.backend import NUMERIC_DEFECTS  # noqa: E402
 from kernels.cpu import CpuEmulationBackend  # noqa: E402
 from reference.inputs import value_dtype  # noqa: E402
 from sweeps.filters import host_cost  # noqa: E402
@@ -141,7 +141,7 @@ def emulation_digest(mod, c, inputs, block_n: int) -> str:
     h = hashlib.sha256()
     digest(mod.attention_lowprec(c, inputs), h)
     with np.errstate(all="ignore"):
-        for defects in [frozenset()] + [frozenset([d]) for d in sorted(DEFECTS)]:
+        for defects in [frozenset()] + [frozenset([d]) for d in sorted(NUMERIC_DEFECTS)]:
             # One defect's partials at a time: those of a large split_kv fill gigabytes.
             parts = mod.split_partials(c, inputs, block_n, defects, p_dtype)
             digest(parts, h)

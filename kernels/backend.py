@@ -15,7 +15,8 @@ import numpy as np
 from attnconfig import AttentionConfig
 
 # Defects that can be compiled into the kernels (and honoured by the cpu emulation) to prove
-# that a sweep catches the bug classes of rocMLIR's split-KV history (SPEC, issue 4).
+# that a sweep catches the bug classes of rocMLIR's split-KV history: wrong numbers
+# (NUMERIC_DEFECTS), and faults a sweep must survive and attribute to their configs.
 DEFECTS = {
     "no_neginf_guard": "online softmax computes exp(m_old - m_new) without the -inf - (-inf) guard",
     "floor_blocks_per_split": "blocks per split by floor division (0 iterations when n_blocks < split_kv)",
@@ -26,6 +27,9 @@ DEFECTS = {
     "missing_barrier": "the combine reads its thread groups' sums without the barrier that orders them (a race; split_kv > 1)",
     "hang": "the combine spins forever on the last row (split_kv > 1)",
 }
+
+NUMERIC_DEFECTS = ("no_neginf_guard", "floor_blocks_per_split", "no_zero_sum_guard", "causal_off_by_one")
+FAULT_DEFECTS = ("oob_store", "oob_store_small", "missing_barrier", "hang")
 
 # Defects the cpu emulation has no model of: a race needs threads that share memory.
 GPU_ONLY_DEFECTS = frozenset({"missing_barrier"})

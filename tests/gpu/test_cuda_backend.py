@@ -15,7 +15,7 @@ import pytest
 
 from attnconfig import AttentionConfig
 from attnconfig.footprint import splitkv_extra_bytes
-from kernels.backend import DEFECTS, BackendUnavailable
+from kernels.backend import NUMERIC_DEFECTS, BackendUnavailable
 from kernels.variants import mma_applies
 
 pytestmark = pytest.mark.gpu
@@ -390,7 +390,7 @@ def test_random_configs_match_reference(cuda_backend):
 
 
 @pytest.mark.parametrize("path", ["auto", "rowwise", "grouped", "mma"])
-@pytest.mark.parametrize("defect", sorted(DEFECTS))
+@pytest.mark.parametrize("defect", sorted(NUMERIC_DEFECTS))
 def test_each_defect_is_caught(defect, path):
     from kernels.cache import KernelCache
 
@@ -417,6 +417,48 @@ def test_each_defect_is_caught(defect, path):
     clean.kernel_path = path
     inputs, prepared, res = _run(clean, c)
     assert not check_run(c, inputs, res, prepared.block_n)[0]
+
+
+FAULT_CASE = cfg(dtype="f16", seq_len_q=3, seq_len_k=300, split_kv=4, return_lse=True)
+
+
+def _verify(config: AttentionConfig, *defects: str, timeout: float = 120, **env: str) -> dict:
+    """`attnsweep verify` in a process of its own: a sticky fault must not poison this one's context."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    argv = [sys.executable, "-m", "cli", "verify", "--backend", "cuda", "--config", config.to_json()]
+    for d in defects:
+        argv += ["--defect", d]
+    proc = subprocess.run(argv, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **env})
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("mma", [False, True])
+def test_an_illegal_store_is_a_fault_of_its_config_and_the_next_process_runs_clean(cuda_backend, mma):
+    # as_mma: a decode shape whose mma kernel fuses the combine, except with a combine defect.
+    c = as_mma(FAULT_CASE) if mma else FAULT_CASE
+    got = _verify(c, "oob_store")
+    assert got["outcome"] == "fault" and "CUDA_ERROR_ILLEGAL_ADDRESS" in got["detail"], got
+    assert _verify(c)["outcome"] == "pass"
+
+
+def test_a_store_into_the_guard_zone_is_a_fault_naming_o(cuda_backend):
+    got = _verify(FAULT_CASE, "oob_store_small")
+    assert got["outcome"] == "fault" and "store outside o" in got["detail"], got
+
+
+def test_outputs_and_inputs_carry_guard_zones_that_the_correct_kernels_leave_alone(cuda_backend):
+    from kernels.guards import GUARD_BYTES
+
+    assert cuda_backend.guard_bytes == GUARD_BYTES
+    for c in random_configs(30, seed=9):
+        _run(cuda_backend, c)   # a changed canary would raise DeviceFault
 
 
 def test_run_in_the_device_thread_beside_the_reference_gives_the_same_result(cuda_backend):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from attnconfig import parse_config
-from kernels.backend import DEFECTS, Backend
+from kernels.backend import NUMERIC_DEFECTS, Backend
 from kernels.cpu import CpuEmulationBackend
 from reference import attention_exact, attention_lowprec, attention_splitkv, make_inputs, verify_outputs
 
@@ -138,6 +138,6 @@ def test_causal_off_by_one_gives_wrong_output():
 def test_defects_do_nothing_where_they_cannot_trigger():
     c = cfg(seq_len_k=256, split_kv=4)  # non-causal, 8 blocks over 4 splits: nothing empty or invalid
     base, _ = run(c)
-    for defect in DEFECTS:
+    for defect in NUMERIC_DEFECTS:
         other, _ = run(c, {defect})
         np.testing.assert_array_equal(other.out, base.out)
