@@ -36,7 +36,10 @@ FINDINGS_SHOWN = 12      # sanitizer lines kept in a result's detail
 # A sanitized config is slower than a plain one by the tool's instrumentation (racecheck most).
 TIME_LIMIT_FACTOR = 10.0
 
-_SUMMARY = re.compile(r"(ERROR SUMMARY|RACECHECK SUMMARY):\s+(\d+)\s+(error|hazard)")
+_ERRORS = re.compile(r"ERROR SUMMARY:\s+(\d+)\s+error")
+# racecheck sums up as "RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warning)": its
+# errors are races; a warning is a hazard it could not prove harmful, shown but not counted.
+_RACES = re.compile(r"RACECHECK SUMMARY:\s+\d+\s+hazards?\s+displayed\s+\((\d+)\s+errors?")
 
 
 def check_request(tool: str | None, backend: str, share: float = 1.0) -> None:
@@ -66,7 +69,7 @@ def sanitizer_path() -> str | None:
 
 def parse_findings(output: str) -> tuple[int, list[str]]:
     """(number of errors or hazards the sanitizer summed up, its first report lines)."""
-    total = sum(int(m.group(2)) for m in _SUMMARY.finditer(output))
+    total = sum(int(m.group(1)) for m in _ERRORS.finditer(output)) + sum(int(m.group(1)) for m in _RACES.finditer(output))
     lines = [ln.removeprefix("=========").strip() for ln in output.splitlines() if ln.startswith("=========")]
     reports = [ln for ln in lines if ln and not ln.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY"))]
     return total, reports[:FINDINGS_SHOWN]

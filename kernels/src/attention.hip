@@ -1472,9 +1472,10 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
     __syncthreads();
 #endif
 #ifdef ATTN_DEFECT_HANG
-    if (row == rows - 1) {
-        volatile int spin = 1;
-        while (spin) { }
+    if (row == rows - 1) {   // a volatile load every turn: no compiler may drop the loop
+        const volatile float* partial = lse_part;
+        const float seen = partial[0];
+        while (__float_as_int(partial[0]) == __float_as_int(seen)) { }
     }
 #endif
     if (sg == 0 && d < dv) {

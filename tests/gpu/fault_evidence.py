@@ -28,7 +28,8 @@ def run_sweep(out: Path, name: str, args: argparse.Namespace, *extra: str) -> tu
     db = out / f"{name}.db"
     db.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "cli", "run", "--backend", args.backend, "--samples", str(args.samples),
-            "--seed", str(args.seed), "--jobs", str(args.jobs), "--db", str(db), *extra]
+            "--seed", str(args.seed), "--jobs", str(args.jobs), "--db", str(db),
+            *(f"--range={r}" for r in args.range), *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - t0
@@ -83,7 +84,8 @@ def cmd_sweeps(args: argparse.Namespace) -> None:
 def cmd_sanitize(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"== {args.samples}-config default sweeps, seed {args.seed}, sanitize share {args.share}, --jobs {args.jobs}")
+    print(f"== {args.samples}-config sweeps, seed {args.seed}, ranges {args.range or 'default'}, sanitize share "
+          f"{args.share}, --jobs {args.jobs}")
     for name, tool, defect in args.runs:
         extra = ["--sanitize", tool, "--sanitize-share", str(args.share), "--time-limit", str(args.limit)]
         if defect:
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--jobs", type=int, default=16)
         p.add_argument("--out", default="out/faults")
         p.add_argument("--timeout", type=float, default=400, help="seconds one sweep may take")
+        p.add_argument("--range", action="append", default=[], help="FIELD=LO:HI, passed to attnsweep run")
     sub.choices["sweeps"].add_argument("--defects", nargs="*", default=["oob_store", "oob_store_small",
                                                                          "missing_barrier", "hang"])
     sub.choices["sweeps"].add_argument("--hang-limit", type=float, default=5)
