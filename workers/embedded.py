@@ -114,8 +114,17 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
         get_backend, spec.backend_name, defects=spec.defects)
     ready_at = [0.0]
     loading.add_done_callback(lambda _f: ready_at.__setitem__(0, time.time()))
+    handed = []
+
+    def backend() -> Backend:
+        """The backend loading since the start; a new one after a timeout dropped it."""
+        if handed:
+            return get_backend(spec.backend_name, defects=spec.defects)
+        handed.append(True)
+        return loading.result()
+
     executor = ConfigExecutor(spec.backend_name, spec.defects, limits=spec.process.limits,
-                              overlap=spec.process.overlap, backend_factory=loading.result,
+                              overlap=spec.process.overlap, backend_factory=backend,
                               sanitize=spec.sanitize[0] if spec.sanitize else None,
                               sanitize_hashes=spec.sanitize[1] if spec.sanitize else frozenset())
     lock = threading.Lock()

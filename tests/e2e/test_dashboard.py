@@ -87,7 +87,8 @@ def test_progress_refreshes_while_a_sweep_runs(live, page, console):
 def test_sweep_page_charts_counts_and_heatmap_shows_the_planted_pattern(live, nightly, page, console):
     _open_sweep(page, live, nightly.sweep_id)
     outcomes = page.evaluate("() => { const t = document.getElementById('outcomes-chart').data[0]; return [t.x, t.y]; }")
-    assert dict(zip(*outcomes)) == {"pass": 64, "fail": 4, "nan": 1, "error": 1, "timeout": 0, "oom": 0, "not_applicable": 2}
+    assert dict(zip(*outcomes)) == {"pass": 64, "fail": 4, "nan": 1, "fault": 0, "unsafe": 0, "error": 1, "timeout": 0,
+                                    "oom": 0, "not_applicable": 2}
     reasons = page.evaluate("() => document.getElementById('reasons-chart').data.map(t => [t.name, t.y, t.x])")
     filtered = next(r for r in reasons if r[0] == "filtered before running")
     assert dict(zip(filtered[1], filtered[2])) == seed.FILTERED

@@ -67,11 +67,12 @@ def test_a_store_into_the_guard_zone_is_a_fault_naming_the_buffer_and_offset(tmp
 
 @pytest.mark.timeout(240)
 def test_a_hanging_kernel_is_a_timeout_and_the_rest_of_the_sweep_runs(tmp_path, clean):
-    got = _sweep(f"sqlite:///{tmp_path / 'a.db'}", frozenset({"hang"}), jobs=2, time_limit_s=1.0)
+    # A limit that the slowest config of SPEC on a loaded 2-core machine stays well under.
+    got = _sweep(f"sqlite:///{tmp_path / 'a.db'}", frozenset({"hang"}), jobs=2, time_limit_s=4.0)
     timed_out = {h for h, (outcome, _s, _d) in got.items() if outcome == "timeout"}
     assert timed_out == {h for h, (_o, split_kv, _d) in got.items() if split_kv > 1}
     assert {got[h][0] for h in set(got) - timed_out} == {"pass"}
-    assert all("time limit of 1 s" in got[h][2] for h in timed_out)
+    assert all("time limit of 4 s" in got[h][2] for h in timed_out)
 
 
 def test_guard_check_names_the_side_offset_and_bytes():
