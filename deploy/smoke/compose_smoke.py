@@ -24,6 +24,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -258,9 +259,8 @@ class Api:
         rows: list[dict] = []
         while True:
             page = get_json(f"{self.base}/sweeps/{sweep_id}/results?offset={len(rows)}&limit=500")
-            items = page["items"]
-            rows += items
-            if not items or len(rows) >= page.get("total", len(rows)):
+            rows += page["data"]
+            if not page["has_more"] or not page["data"]:
                 return rows
 
 
@@ -307,11 +307,33 @@ def age_unacked(dep: Deployment, seconds: int) -> int:
     return len(pairs)
 
 
+STALL_S = 10.0
+
+
+def wait_stalled(api: Api, sweep_id: int, since: int, timeout: float) -> dict:
+    """The sweep once its count has moved past `since` (or a minute went by) and then stood
+    still for STALL_S seconds, or once it is done."""
+    deadline = time.monotonic() + timeout
+    moved_by = time.monotonic() + 60
+    last, last_change = None, time.monotonic()
+    while True:
+        s = api.sweep(sweep_id)
+        if s["status"] == "done":
+            return s
+        if s["configs_done"] != last:
+            last, last_change = s["configs_done"], time.monotonic()
+        if (s["configs_done"] > since or time.monotonic() > moved_by) and time.monotonic() - last_change >= STALL_S:
+            return s
+        if time.monotonic() > deadline:
+            raise SmokeFailure(f"sweep {sweep_id} still moving after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
 def kill_worker_mid_sweep(dep: Deployment, api: Api, request: dict, timeout: float) -> list[str]:
     report: list[str] = []
     vt = effective_visibility_timeout(dep)
     accepted = api.submit(request)
-    sid = accepted["sweep_id"] if "sweep_id" in accepted else accepted["id"]
+    sid = accepted["id"]
     deadline = time.monotonic() + timeout
     while True:
         s = api.sweep(sid)
@@ -331,23 +353,35 @@ def kill_worker_mid_sweep(dep: Deployment, api: Api, request: dict, timeout: flo
     report.append(f"tasks the killed worker held unacknowledged in Redis: {unacked}")
     time.sleep(5)
     st = dep.state("worker-cpu")
-    report.append(f"5 s after the kill: worker container {st['Status']} (exit {st['ExitCode']}), "
-                  f"restart policy unless-stopped {'restarted it' if st['Running'] else 'left it stopped (docker kill counts as a stop by hand)'}")
+    report.append(f"5 s after the kill: worker container {st['Status']} (exit {st['ExitCode']}); its restart "
+                  f"policy (unless-stopped) {'restarted it' if st['Running'] else 'did not restart it'}")
     if not st["Running"]:
         dep.compose("start", "worker-cpu", timeout=120)
         report.append("worker container started again: `compose start worker-cpu`")
     at_restart = api.sweep(sid)["configs_done"]
+    # The restarted worker runs what is still queued; the killed worker's tasks are not on the
+    # queue but in Redis's unacknowledged set, so the sweep stops short of its total until they
+    # are redelivered.
+    stalled = wait_stalled(api, sid, at_restart, timeout=180)
+    held = int(dep.exec("redis", "redis-cli", "ZCARD", "unacked_index").strip())
+    report.append(f"the restarted worker ran what was queued: {stalled['configs_done']}/{stalled['configs_total']} "
+                  f"done, then nothing for {STALL_S:.0f} s (status {stalled['status']}); "
+                  f"{held} tasks still unacknowledged in Redis")
+    if stalled["status"] == "done":
+        raise SmokeFailure(f"sweep {sid} finished without the killed worker's tasks: nothing was lost to redeliver")
     if vt > 120:
-        # The visibility timeout is the settings' (an hour at least): too long to wait here.
+        # The settings' visibility timeout (an hour at least) is too long to wait for here.
         moved = age_unacked(dep, vt + 1)
         report.append(f"visibility timeout {vt} s: the {moved} unacknowledged tasks' delivery times moved "
-                      f"{vt + 1} s back in Redis, so the restarted worker's own restore redelivers them")
+                      f"{vt + 1} s back in Redis; the restarted worker's own periodic restore (kombu, every 10 s) "
+                      f"then redelivers them")
     else:
         report.append(f"visibility timeout {vt} s (ATTNSWEEP_VISIBILITY_TIMEOUT_S): redelivery left to Redis")
     done = api.wait_done(sid, timeout=max(240.0, vt + 180.0) if vt <= 120 else 300.0)
     after = one_result_per_config(dep, api, done)
-    report.append(f"sweep {sid} {done['status']} after the kill: {at_restart} configs were done when the worker "
-                  f"came back, {done['configs_done'] - at_restart} after; outcomes {done['outcomes']}")
+    report.append(f"sweep {sid} {done['status']} after the redelivery: {at_restart} configs were done when the "
+                  f"worker came back, {stalled['configs_done'] - at_restart} from the queue, "
+                  f"{done['configs_done'] - stalled['configs_done']} redelivered; outcomes {done['outcomes']}")
     report.append(f"one result per config: {after}")
     workers = {r["worker"] for r in api.results(sid)}
     report.append(f"results written by: {sorted(w for w in workers if w)}")
@@ -371,7 +405,7 @@ def main() -> int:
     ca = os.environ.get("ATTNSWEEP_SMOKE_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
     ca_secret = {"ca_bundle": ca} if ca and Path(ca).is_file() else {}
     log(f"building with {' '.join(client)} (BuildKit); pip's extra CA bundle: {ca if ca_secret else 'none'}")
-    timings = {"base": base}
+    timings: dict[str, float | str] = {BASE_IMAGE: base}
     timings[APP_IMAGE] = build(client, APP_IMAGE, ROOT, ROOT / "Dockerfile",
                                {"BASE_IMAGE": BASE_IMAGE, "EXTRAS": "flower"}, ca_secret)
     timings[POSTGRES_IMAGE] = build(client, POSTGRES_IMAGE, SMOKE, SMOKE / "postgres.Dockerfile",
@@ -429,7 +463,7 @@ def main() -> int:
                    "ranges": {"seq_len_k": [1, 1024]}}
         start = time.monotonic()
         accepted = api.submit(request)
-        sid = accepted["sweep_id"] if "sweep_id" in accepted else accepted["id"]
+        sid = accepted["id"]
         sweep = api.wait_done(sid, timeout=300)
         took = time.monotonic() - start
         counts = one_result_per_config(dep, api, sweep)
@@ -439,18 +473,27 @@ def main() -> int:
 
         code, page = http("GET", api.base + "/dashboard")
         code2, page2 = http("GET", f"{api.base}/dashboard/sweeps/{sid}")
-        if code != 200 or code2 != 200 or b"<html" not in page.lower() or b"compose-smoke" not in page:
+        if code != 200 or code2 != 200 or b"<html" not in page.lower() or b"<html" not in page2.lower():
             raise SmokeFailure(f"/dashboard: {code} ({len(page)} bytes), /dashboard/sweeps/{sid}: {code2}")
-        summary.append(f"/dashboard: 200, {len(page)} bytes, lists the sweep; /dashboard/sweeps/{sid}: 200, "
-                       f"{len(page2)} bytes")
+        # The pages draw themselves from the API in the browser: every file they load must be served.
+        assets = sorted(set(re.findall(r'(?:src|href)="(/dashboard/static/[^"]+)"', (page + page2).decode())))
+        sizes_ = {a: http("GET", api.base + a) for a in assets}
+        if not assets or any(c != 200 or not body for c, body in sizes_.values()):
+            raise SmokeFailure(f"dashboard assets: {[(a, c, len(b)) for a, (c, b) in sizes_.items()]}")
+        summary.append(f"/dashboard: 200 ({len(page)} bytes); /dashboard/sweeps/{sid}: 200 ({len(page2)} bytes); "
+                       f"its {len(assets)} static files 200: "
+                       + ", ".join(f"{a.rsplit('/', 1)[1]} {len(b) // 1024} KiB" for a, (_c, b) in sizes_.items()))
         code, metrics = http("GET", api.base + "/metrics")
         lines = [line for line in metrics.decode().splitlines() if line.startswith("attnsweep_")]
         if code != 200 or not lines:
             raise SmokeFailure(f"/metrics: {code}, {len(lines)} attnsweep_ samples")
         summary.append(f"/metrics: 200, {len(lines)} attnsweep_ samples, e.g. "
-                       + "; ".join(line for line in lines if "sweeps" in line or "workers" in line)[:300])
+                       + "; ".join(line for line in lines if line.startswith(("attnsweep_sweeps{", "attnsweep_workers_alive"))))
         workers = get_json(api.base + "/workers")
-        summary.append(f"/workers: {[(w.get('name'), w.get('queue'), w.get('alive')) for w in workers.get('items', [])]}")
+        live = [(w["name"], w["queue"], w["backend"], w["alive"]) for w in workers["data"]]
+        if (WORKER, "cpu", "cpu", True) not in live:
+            raise SmokeFailure(f"/workers: {WORKER} not registered and alive: {live}")
+        summary.append(f"/workers: {live}")
 
         fbase = f"http://127.0.0.1:{flower_port}"
         code, _ = http("GET", fbase + "/api/workers")
@@ -472,7 +515,7 @@ def main() -> int:
         summary += kill_worker_mid_sweep(dep, api, kill_request, timeout=240)
         dep.print_status()
         ok = True
-    except (SmokeFailure, KeyboardInterrupt) as exc:
+    except (Exception, KeyboardInterrupt) as exc:
         log(f"FAILED: {exc}")
         dep.compose("ps", check=False, timeout=60)
         dep.compose("logs", "--no-color", "--tail", "60", check=False, timeout=120)
