@@ -307,7 +307,32 @@ def age_unacked(dep: Deployment, seconds: int) -> int:
     return len(pairs)
 
 
+def unacked_configs(dep: Deployment) -> list[str]:
+    """The config hashes of the tasks waiting in the broker's unacknowledged set (kombu's Redis
+    transport: hash `unacked`, each value [message, exchange, routing key]; the message body is
+    Celery's [args, kwargs, embed], args = (sweep_id, [[config_hash, config], ...], ...))."""
+    out = dep.exec("redis", "redis-cli", "--raw", "HVALS", "unacked")
+    hashes: list[str] = []
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        message = json.loads(line)[0]
+        body = message["body"]
+        if message.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body).decode()
+        args = json.loads(body)[0]
+        hashes += [item[0] for item in args[1]]
+    return hashes
+
+
 STALL_S = 10.0
+# One kernel variant, so the API batches them ATTNSWEEP_TASK_BATCH_SIZE (8) to a task and the
+# kill lands in batches that have stored part of their configs; data_seed makes 48 configs.
+KILL_CONFIGS = [{"dtype": "f16", "g": 4, "seq_len_q": 1, "seq_len_k": 4096, "num_heads_q": 16, "num_heads_kv": 4,
+                 "head_dim_qk": 128, "head_dim_v": 128, "with_attn_scale": True, "with_attn_bias": False,
+                 "causal": True, "prefix_offset": None, "current_seq_len": None, "trans_q": False,
+                 "trans_k": False, "trans_v": False, "trans_o": False, "return_lse": True, "split_kv": 8,
+                 "rms_threshold": None, "data_seed": seed} for seed in range(1, 49)]
 
 
 def wait_stalled(api: Api, sweep_id: int, since: int, timeout: float) -> dict:
@@ -369,6 +394,10 @@ def kill_worker_mid_sweep(dep: Deployment, api: Api, request: dict, timeout: flo
                   f"{held} tasks still unacknowledged in Redis")
     if stalled["status"] == "done":
         raise SmokeFailure(f"sweep {sid} finished without the killed worker's tasks: nothing was lost to redeliver")
+    held_configs = unacked_configs(dep)
+    stored = {r["config_hash"] for r in api.results(sid) if r["state"] == "done"}
+    report.append(f"those tasks carry {len(held_configs)} configs, {len(set(held_configs) & stored)} of them "
+                  f"stored before the kill (a redelivered batch skips them)")
     if vt > 120:
         # The settings' visibility timeout (an hour at least) is too long to wait for here.
         moved = age_unacked(dep, vt + 1)
@@ -510,8 +539,7 @@ def main() -> int:
         dep.print_status()
 
         # The worker dies in the middle of a sweep; the sweep still finishes, once per config.
-        kill_request = {"samples": 48, "seed": 12, "backend": "cpu", "label": "compose-smoke-kill",
-                        "ranges": {"seq_len_k": [256, 2048]}}
+        kill_request = {"configs": KILL_CONFIGS, "backend": "cpu", "label": "compose-smoke-kill"}
         summary += kill_worker_mid_sweep(dep, api, kill_request, timeout=240)
         dep.print_status()
         ok = True
