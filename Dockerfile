@@ -23,15 +23,19 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/venv/bin:$PATH
 
 # Python from the base when it has one with venv, else from the distribution; git reads a
-# kernel repository's commits for CI sweeps.
+# kernel repository's commits for CI sweeps. A base that has all of them needs no apt mirror.
 RUN --mount=type=secret,id=ca_bundle,required=false \
     set -eu; \
-    pkgs="git ca-certificates"; \
+    pkgs=""; \
+    command -v git >/dev/null || pkgs="$pkgs git"; \
+    [ -s /etc/ssl/certs/ca-certificates.crt ] || pkgs="$pkgs ca-certificates"; \
     python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs="$pkgs python3 python3-venv"; \
-    apt_ca=""; [ -s /run/secrets/ca_bundle ] && apt_ca="-o Acquire::https::CAInfo=/run/secrets/ca_bundle"; \
-    apt-get $apt_ca update -q; \
-    apt-get $apt_ca install -y -q --no-install-recommends $pkgs; \
-    rm -rf /var/lib/apt/lists/*; \
+    if [ -n "$pkgs" ]; then \
+      apt_ca=""; [ -s /run/secrets/ca_bundle ] && apt_ca="-o Acquire::https::CAInfo=/run/secrets/ca_bundle"; \
+      apt-get $apt_ca update -q; \
+      apt-get $apt_ca install -y -q --no-install-recommends $pkgs; \
+      rm -rf /var/lib/apt/lists/*; \
+    fi; \
     python3 -m venv /opt/venv
 
 # The shell of the pip steps: pip trusts the system bundle plus the `ca_bundle` secret, for this

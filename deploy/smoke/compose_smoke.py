@@ -147,6 +147,59 @@ def build(client: list[str], tag: str, context: Path, dockerfile: Path, args: di
     return took
 
 
+def airgapped_build(client: list[str]) -> list[str]:
+    """The Dockerfile without any network: a base that already has Python, venv and git (so apt
+    is not needed), the wheels in docker/wheelhouse built beforehand by that base's own pip,
+    `docker build --network=none`; then a sweep in the image, still without a network. The
+    wheels are removed afterwards."""
+    report = []
+    base_py = "attnsweep-smoke-base-py:bookworm"
+    prep = (f"FROM {BASE_IMAGE}\nRUN apt-get update -q && apt-get install -y -q --no-install-recommends "
+            "python3 python3-venv git ca-certificates && rm -rf /var/lib/apt/lists/*\n")
+    proc = subprocess.run([*client, "build", "-q", "-t", base_py, "-"], input=prep, text=True, capture_output=True,
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=900)
+    if proc.returncode != 0:
+        raise SmokeFailure(f"building {base_py}: {proc.stderr[-2000:]}")
+    wheelhouse = ROOT / "docker" / "wheelhouse"
+    ca = os.environ.get("ATTNSWEEP_SMOKE_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+    ca_args = ["-v", f"{ca}:/run/ca.pem:ro", "-e", "PIP_CERT=/run/ca.pem"] if Path(ca).is_file() else []
+    try:
+        start = time.monotonic()
+        # The base's own Python resolves the requirements: environment markers depend on its
+        # exact version (redis needs async-timeout below Python 3.11.3, for one).
+        run(["docker", "run", "--rm", "-v", f"{ROOT}:/src:ro", "-v", f"{wheelhouse}:/out", *ca_args, base_py,
+             "sh", "-c", "python3 -m venv /tmp/v && mkdir /tmp/p && tar -C /src --exclude=./.venv --exclude=./.git "
+             "--exclude=./docker/wheelhouse -c . | tar -C /tmp/p -x && "
+             "/tmp/v/bin/pip wheel -q --disable-pip-version-check -w /out '/tmp/p[flower]' 'setuptools>=69'"],
+            timeout=900, capture=True)
+        for own in wheelhouse.glob("attnsweep-*.whl"):
+            own.unlink()
+        wheels = sorted(wheelhouse.glob("*.whl"))
+        report.append(f"air-gapped: {len(wheels)} wheels "
+                      f"({sum(w.stat().st_size for w in wheels) / 1e6:.0f} MB) in docker/wheelhouse by the base's pip in "
+                      f"{time.monotonic() - start:.0f} s")
+        tag = "attnsweep-smoke-airgapped:latest"
+        start = time.monotonic()
+        proc = run([*client, "build", "--progress=plain", "--no-cache", "--network=none", "-t", tag,
+                    "--build-arg", f"BASE_IMAGE={base_py}", str(ROOT)], timeout=1500, capture=True, check=False,
+                   env={**os.environ, "DOCKER_BUILDKIT": "1"})
+        if proc.returncode != 0 or "no index" not in proc.stdout:
+            raise SmokeFailure(f"air-gapped build failed:\n{proc.stdout[-4000:]}")
+        report.append(f"air-gapped: `docker build --network=none --no-cache` from the wheelhouse {time.monotonic() - start:.0f} s, "
+                      f"{image_size_mb(tag):.0f} MB")
+        out = run(["docker", "run", "--rm", "--network", "none", tag, "sh", "-c",
+                   "attnsweep run --samples 6 --seed 3 --backend cpu --db sqlite:////tmp/s.db --report-json /tmp/r.json"
+                   " >/dev/null && python -c \"import json; r = json.load(open('/tmp/r.json')); "
+                   "print(r.get('outcomes') or r)\""],
+                  timeout=300, capture=True).stdout.strip().splitlines()[-1]
+        report.append(f"air-gapped image, no network: `attnsweep run --samples 6 --backend cpu`: {out[:200]}")
+        run(["docker", "rmi", tag], timeout=120, capture=True, quiet=True, check=False)
+    finally:
+        for w in wheelhouse.glob("*.whl"):
+            w.unlink()
+    return report
+
+
 # --- compose --------------------------------------------------------------------------------
 
 def compose_cli() -> list[str]:
@@ -422,6 +475,8 @@ def kill_worker_mid_sweep(dep: Deployment, api: Api, request: dict, timeout: flo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep-up", action="store_true", help="leave the deployment running (no down -v)")
+    parser.add_argument("--airgapped", action="store_true",
+                        help="also build the image from a wheelhouse with no network at all")
     args = parser.parse_args()
 
     def _terminate(signum, _frame):  # noqa: ANN001
@@ -452,6 +507,10 @@ def main() -> int:
                     timeout=120, capture=True, quiet=True).stdout.split()
     if [f for f in leftovers if not f.endswith(":")]:
         raise SmokeFailure(f"{APP_IMAGE} keeps build files: {leftovers}")
+
+    airgapped = airgapped_build(client) if args.airgapped else []
+    for line in airgapped:
+        log(line)
 
     project = f"attnsweep-smoke-{os.getpid()}-{secrets.token_hex(3)}"
     api_port, flower_port = free_port(), free_port()
@@ -560,7 +619,7 @@ def main() -> int:
     for name, mb in sizes.items():
         t = timings.get(name)
         print(f"image {name:<34} {mb:7.0f} MB   build {t if isinstance(t, str) else f'{t:.1f} s'}")
-    for line in summary:
+    for line in airgapped + summary:
         print(line)
     print(f"total {time.monotonic() - T0:.0f} s: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
