@@ -252,13 +252,16 @@ class Deployment:
             if pending:
                 time.sleep(2)
 
-    def print_status(self) -> None:
+    def status(self) -> str:
         rows = []
         for s in SERVICES:
             st = self.state(s)
             health = (st.get("Health") or {}).get("Status", "-")
-            rows.append(f"  {s:<11} {st.get('Status'):<8} exit={st.get('ExitCode')} health={health}")
-        log("services:\n" + "\n".join(rows))
+            rows.append(f"{s} {st.get('Status')}" + (f" (exit {st.get('ExitCode')})" if not st.get("Running") else "")
+                        + ("" if health == "-" else f" {health}"))
+        line = "services: " + ", ".join(rows)
+        log(line)
+        return line
 
 
 # --- HTTP on 127.0.0.1 ----------------------------------------------------------------------
@@ -595,12 +598,12 @@ def main() -> int:
                        f"{ntasks} tasks seen")
 
         dep.wait_healthy(["worker-cpu"], timeout=150)
-        dep.print_status()
+        summary.append(dep.status())
 
         # The worker dies in the middle of a sweep; the sweep still finishes, once per config.
         kill_request = {"configs": KILL_CONFIGS, "backend": "cpu", "label": "compose-smoke-kill"}
         summary += kill_worker_mid_sweep(dep, api, kill_request, timeout=240)
-        dep.print_status()
+        dep.status()
         ok = True
     except (Exception, KeyboardInterrupt) as exc:
         log(f"FAILED: {exc}")
@@ -611,9 +614,14 @@ def main() -> int:
             log(f"left up: project {project}; `{' '.join(dep.cli)} -p {project} down -v` removes it")
         else:
             dep.compose("down", "-v", "--remove-orphans", "-t", "10", check=False, timeout=300)
-            left = run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
-                       timeout=60, capture=True, quiet=True).stdout.split()
-            log(f"down -v: project {project} removed ({len(left)} containers left)")
+            label = f"label=com.docker.compose.project={project}"
+            left = run(["docker", "ps", "-aq", "--filter", label], timeout=60, capture=True, quiet=True).stdout.split()
+            vols = run(["docker", "volume", "ls", "-q", "--filter", label], timeout=60, capture=True,
+                       quiet=True).stdout.split()
+            summary.append(f"down -v: project {project}: {len(left)} containers and {len(vols)} volumes left")
+            log(summary[-1])
+            if left or vols:
+                ok = False
 
     print("\n=== compose-smoke ===")
     for name, mb in sizes.items():
