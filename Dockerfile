@@ -34,7 +34,7 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
       apt_ca=""; [ -s /run/secrets/ca_bundle ] && apt_ca="-o Acquire::https::CAInfo=/run/secrets/ca_bundle"; \
       apt-get $apt_ca update -q; \
       apt-get $apt_ca install -y -q --no-install-recommends $pkgs; \
-      rm -rf /var/lib/apt/lists/*; \
+      apt-get clean; rm -rf /var/lib/apt/lists/*; \
     fi; \
     python3 -m venv /opt/venv
 

@@ -155,7 +155,7 @@ def airgapped_build(client: list[str]) -> list[str]:
     report = []
     base_py = "attnsweep-smoke-base-py:bookworm"
     prep = (f"FROM {BASE_IMAGE}\nRUN apt-get update -q && apt-get install -y -q --no-install-recommends "
-            "python3 python3-venv git ca-certificates && rm -rf /var/lib/apt/lists/*\n")
+            "python3 python3-venv git ca-certificates && apt-get clean && rm -rf /var/lib/apt/lists/*\n")
     proc = subprocess.run([*client, "build", "-q", "-t", base_py, "-"], input=prep, text=True, capture_output=True,
                           env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=900)
     if proc.returncode != 0:

@@ -6,7 +6,7 @@ FROM ${BASE_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends postgresql-15 \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* \
  && install -d -o postgres -g postgres -m 700 /var/lib/postgresql/data \
  && install -d -o postgres -g postgres -m 2775 /var/run/postgresql
 COPY postgres-entrypoint.sh /usr/local/bin/postgres-entrypoint
