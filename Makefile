@@ -1,11 +1,12 @@
 # Two set-up commands: `make run` (a real sweep on the embedded default) and `make test`.
+# `make compose-smoke`: the Docker Compose deployment built and run (deploy/smoke/compose_smoke.py).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-gpu install lint
+.PHONY: run test test-gpu install lint compose-smoke
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,3 +24,9 @@ test: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu tests/gpu $(PYTEST_ARGS)
+
+# Needs a Docker engine (deploy/smoke/ensure-docker.sh installs and starts one as root on Debian);
+# the script uses the host's python3 and its standard library only.
+compose-smoke:
+	deploy/smoke/ensure-docker.sh
+	$(PYTHON) deploy/smoke/compose_smoke.py $(SMOKE_ARGS)
