@@ -23,7 +23,11 @@ class SafeJSONResponse(JSONResponse):
     """JSON whatever the floats: NaN and +-inf are written as "nan", "inf", "-inf"."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(jsonable(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        text = json.dumps(jsonable(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        try:
+            return text.encode()
+        except UnicodeEncodeError:  # a lone surrogate echoed from a request: escaped, still JSON
+            return json.dumps(jsonable(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
 
 
 class ProblemError(Exception):

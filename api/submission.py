@@ -23,10 +23,24 @@ from store import repo
 from store.models import Sweep
 from sweeps.plan import plan_sweep
 from sweeps.sampler import SamplingExhausted
+from sweeps.spec import SweepSpec
 from workers.app import queue_kind
 from workers.enqueue import enqueue_configs
 
 log = logging.getLogger(__name__)
+
+
+def bounded_draws(spec: SweepSpec, settings: Settings) -> SweepSpec:
+    """The spec with its draws capped at ATTNSWEEP_MAX_DRAWS: a larger max_draws is a 422, the
+    default (1000 * samples) is cut to the cap, so no request holds an API thread for long."""
+    cap = settings.max_draws
+    if spec.max_draws is not None and spec.max_draws > cap:
+        raise ProblemError([("max_draws", f"max_draws={spec.max_draws}: must be <= {cap} (ATTNSWEEP_MAX_DRAWS)")])
+    if spec.samples > cap:
+        raise ProblemError([("samples", f"samples={spec.samples}: must be <= {cap} (ATTNSWEEP_MAX_DRAWS)")])
+    if spec.max_draws is None and spec.resolved_max_draws() > cap:
+        return spec.model_copy(update={"max_draws": cap})
+    return spec
 
 
 def submit_sweep(session: Session, celery: Celery, settings: Settings, body: SweepCreate, *,
@@ -39,6 +53,8 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, body: Swe
     if wanted > settings.max_sweep_configs:
         field = "configs" if explicit else "samples"
         raise ProblemError([(field, f"{field}: {wanted} configs exceed the limit of {settings.max_sweep_configs} (ATTNSWEEP_MAX_SWEEP_CONFIGS)")])
+    if not explicit:
+        spec = bounded_draws(spec, settings)
     queue = settings.queue_name(queue_kind(spec.backend))
     memory, device = repo.queue_device_memory(session, queue, settings.worker_stale_s)
     request_extra = {"defects": list(body.defects), **(extra_request or {}), **({"configs": len(configs)} if explicit else {})}

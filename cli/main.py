@@ -21,7 +21,8 @@ BACKENDS = ("auto", "cpu", "cuda", "hip")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    # One line whatever the terminal's width (soft_wrap), so scripts can grep it; no traceback.
+    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
     raise typer.Exit(code)
 
 

@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     worker_stale_s: float = Field(default=60.0, gt=0)
     max_body_bytes: int = Field(default=16 << 20, ge=1024)
     max_sweep_configs: int = Field(default=100_000, ge=1)
+    # The most draws one submitted sweep may cost the API (sweeps.spec.MAX_DRAWS is the hard
+    # ceiling: about 50 s of one CPU); a request's max_draws above it is a 422, and the default
+    # of 1000 * samples is cut to it.
+    max_draws: int = Field(default=1_000_000, ge=1, le=1_000_000)
 
     # --- CI integration (POST /webhooks/ci, GET /ci/...) -------------------------------------
     # Where CI sweeps read kernels/src at the pushed commit: a git URL or a local path.

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
 from api.convert import config_run_public, sweep_public
-from api.deps import CeleryDep, SessionDep, sweep_or_404, SettingsDep, TelemetryDep, WriteAccess
+from api.deps import SweepId, Offset, CeleryDep, SessionDep, sweep_or_404, SettingsDep, TelemetryDep, WriteAccess
 from api.schemas.common import Message, Problems
 from api.schemas.sweeps import (
     ConfigRunsPublic,
@@ -57,7 +57,7 @@ def create_sweep(body: SweepCreate, session: SessionDep, celery: CeleryDep, sett
 
 @router.get("", response_model=SweepsPublic)
 def read_sweeps(session: SessionDep, status_: Annotated[SweepStatus | None, Query(alias="status")] = None,
-                label: str | None = None, offset: Annotated[int, Query(ge=0)] = 0,
+                label: str | None = None, offset: Offset = 0,
                 limit: Annotated[int, Query(ge=1, le=500)] = 50) -> SweepsPublic:
     """Sweeps, newest first."""
     rows, count = queries.list_sweeps(session, status=status_, label=label, offset=offset, limit=limit)
@@ -66,16 +66,16 @@ def read_sweeps(session: SessionDep, status_: Annotated[SweepStatus | None, Quer
 
 
 @router.get("/{sweep_id}", response_model=SweepPublic, responses=NOT_FOUND)
-def read_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
+def read_sweep(sweep_id: SweepId, session: SessionDep) -> SweepPublic:
     """A sweep with SPEC §8's counts: configs_total, configs_done, outcomes, filtered, ..."""
     return _public(session, sweep_or_404(session, sweep_id))
 
 
 @router.get("/{sweep_id}/results", response_model=ConfigRunsPublic, responses=NOT_FOUND)
-def read_sweep_results(sweep_id: int, session: SessionDep,
+def read_sweep_results(sweep_id: SweepId, session: SessionDep,
                        outcome: Annotated[Literal[OUTCOMES] | None, Query()] = None,  # type: ignore[valid-type]
                        state: Literal["queued", "done", "cancelled"] | None = None,
-                       offset: Annotated[int, Query(ge=0)] = 0,
+                       offset: Offset = 0,
                        limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> ConfigRunsPublic:
     """Every config of the sweep in sampled order, with its result once run."""
     sweep_or_404(session, sweep_id)
@@ -90,7 +90,7 @@ def read_sweep_results(sweep_id: int, session: SessionDep,
 
 
 @router.post("/{sweep_id}/cancel", response_model=SweepPublic, responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS})
-def cancel_sweep(sweep_id: int, session: SessionDep, _writer: WriteAccess) -> SweepPublic:
+def cancel_sweep(sweep_id: SweepId, session: SessionDep, _writer: WriteAccess) -> SweepPublic:
     """Stop a queued or running sweep: its configs not yet started are skipped by the workers."""
     sweep = sweep_or_404(session, sweep_id)
     if sweep.status not in repo.ACTIVE_STATUSES:
@@ -103,7 +103,7 @@ def cancel_sweep(sweep_id: int, session: SessionDep, _writer: WriteAccess) -> Sw
 
 @router.post("/{sweep_id}/rerun", status_code=status.HTTP_202_ACCEPTED, response_model=SweepAccepted,
              responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS, 503: {"model": Message}})
-def rerun_sweep(sweep_id: int, session: SessionDep, celery: CeleryDep, settings: SettingsDep, telemetry: TelemetryDep,
+def rerun_sweep(sweep_id: SweepId, session: SessionDep, celery: CeleryDep, settings: SettingsDep, telemetry: TelemetryDep,
                 _writer: WriteAccess, response: Response, body: SweepRerun | None = None) -> SweepAccepted:
     """A new sweep of the same configs (or of its failures only), same backend, gates and defects."""
     body = body or SweepRerun()

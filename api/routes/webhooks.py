@@ -17,6 +17,7 @@ from api.deps import CeleryDep, SessionDep, SettingsDep
 from api.errors import ProblemError
 from api.schemas.ci import CiWebhookReply
 from api.schemas.common import Message, Problems
+from attnconfig.config import text_problem
 from ci.events import CiEvent, EventError, Ignored, parse_event
 from ci.launch import BrokerRefused, start_ci_sweep
 from ci.signature import HEADER, signature_problem
@@ -87,7 +88,7 @@ async def receive_ci_event(
     if isinstance(parsed, Ignored):
         response.status_code = status.HTTP_200_OK
         return CiWebhookReply(status="ignored", event=event_name, reason=parsed.reason)
-    if not delivery or len(delivery) > 100:
+    if not delivery or len(delivery) > 100 or text_problem(delivery) is not None:
         raise ProblemError([(DELIVERY_HEADER, f"{DELIVERY_HEADER} must be a delivery id of 1 to 100 characters "
                                               "(replays are recognised by it)")])
     reply = await run_in_threadpool(_start, session, celery, settings, parsed, delivery)

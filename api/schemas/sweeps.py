@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from api.schemas.common import Metric
 from attnconfig import AttentionConfig
-from sweeps.spec import SweepSpec, SweepSpecError
+from sweeps.spec import Label, SweepSpec, SweepSpecError
 from workers.enqueue import DEFECT_NAMES
 
 Defect = Literal[DEFECT_NAMES]  # type: ignore[valid-type]
@@ -62,7 +62,7 @@ class SweepAccepted(BaseModel):
 
 class SweepRerun(BaseModel):
     failures_only: bool = Field(default=False, description="re-run only the configs that failed (fail, nan, error, timeout, oom)")
-    label: str | None = Field(default=None, description="label of the new sweep (default: the original's)")
+    label: Label | None = Field(default=None, description="label of the new sweep (default: the original's)")
 
 
 class SweepPublic(BaseModel):
