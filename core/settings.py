@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     overlap_device: bool = False
 
     # --- service (API and workers) ---------------------------------------------------------
+    # Seconds a new PostgreSQL connection may take before the request is answered 503 or the
+    # batch retried. store.db reads it from the environment itself (engines are per URL).
+    db_connect_timeout_s: int = Field(default=3, ge=1, le=60)
     # Prefix of the Celery queue names ("<prefix>cpu", "<prefix>gpu"): several deployments (or
     # test runs) can share one broker without taking each other's tasks.
     queue_prefix: str = ""
