@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     # Seconds a new PostgreSQL connection may take before the request is answered 503 or the
     # batch retried. store.db reads it from the environment itself (engines are per URL).
     db_connect_timeout_s: int = Field(default=3, ge=1, le=60)
+    # Seconds a broker (Redis) connection may take to open, and one command to answer. Without
+    # them a frozen Redis (accepting connections, answering nothing) hangs every publisher and
+    # health check for as long as it stays frozen. Above kombu's 1 s blocking-pop timeout.
+    broker_connect_timeout_s: float = Field(default=3.0, gt=0, le=60)
+    broker_socket_timeout_s: float = Field(default=5.0, gt=1, le=120)
     # Prefix of the Celery queue names ("<prefix>cpu", "<prefix>gpu"): several deployments (or
     # test runs) can share one broker without taking each other's tasks.
     queue_prefix: str = ""
