@@ -40,6 +40,12 @@ class Settings(BaseSettings):
     # health check for as long as it stays frozen. Above kombu's 1 s blocking-pop timeout.
     broker_connect_timeout_s: float = Field(default=3.0, gt=0, le=60)
     broker_socket_timeout_s: float = Field(default=5.0, gt=1, le=120)
+    # The lease on a delivered task (kombu's visibility_timeout): a task whose lease is not
+    # renewed for this long goes back on its queue. A live worker's main process renews the
+    # lease of every task it holds every visibility_timeout_s / 8, however long the task runs,
+    # so only a dead (or cut-off) worker's tasks expire: they run again within about
+    # visibility_timeout_s + 10 s. docs/service.md, "Delivery", says why this is safe.
+    visibility_timeout_s: int = Field(default=120, ge=30, le=86400)
     # Prefix of the Celery queue names ("<prefix>cpu", "<prefix>gpu"): several deployments (or
     # test runs) can share one broker without taking each other's tasks.
     queue_prefix: str = ""
@@ -126,9 +132,9 @@ class Settings(BaseSettings):
         return self.task_batch_size * (self.config_time_limit_s + self.config_time_grace_s) + 60.0
 
     @property
-    def visibility_timeout_s(self) -> int:
-        """Redis redelivers an unacknowledged task after this: longer than the longest task."""
-        return int(max(3600.0, 2 * self.task_time_limit_s))
+    def lease_renew_s(self) -> float:
+        """How often a live worker renews the lease of each task it holds (workers.lease)."""
+        return max(1.0, self.visibility_timeout_s / 8)
 
 
 @lru_cache(maxsize=1)

@@ -2,8 +2,10 @@
 
 Celery's guide for long tasks: acknowledge late (a task lost with its worker is delivered
 again; our result writes are idempotent, so running twice is safe), reject on worker loss,
-prefetch one task at a time, and a Redis visibility timeout longer than the longest task
-(else Redis hands a running task to a second worker).
+prefetch one task at a time. Redis's visibility timeout is a lease (ATTNSWEEP_VISIBILITY_TIMEOUT_S,
+two minutes) that each live worker renews for the tasks it holds (workers.lease), so it need not
+outlast the longest task: a running task is never handed to a second worker while its worker
+lives, and a dead worker's tasks run again within minutes.
 
 CI sweeps go before all others: every task carries a message priority, and kombu's Redis
 transport keeps one list per priority step and pops them in step order, lowest first (on Redis
@@ -40,6 +42,10 @@ def transport_options(settings: Settings) -> dict[str, Any]:
     return {
         "visibility_timeout": settings.visibility_timeout_s,
         "priority_steps": PRIORITY_STEPS,
+        # Every 10 s a consumer puts back the deliveries whose lease expired (kombu's default
+        # scans every 100 s).
+        "unacked_restore_interval": 10,
+        "unacked_restore_throttle": 1,
         "socket_connect_timeout": settings.broker_connect_timeout_s,
         "socket_timeout": settings.broker_socket_timeout_s,
         "socket_keepalive": True,

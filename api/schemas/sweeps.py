@@ -46,7 +46,8 @@ class SweepCreate(SweepSpec):
 
 
 class SweepAccepted(BaseModel):
-    """202: the sweep is stored and its configs are on the queue."""
+    """202: the sweep and its configs are committed; they are on the queue (`published`), or the
+    broker did not take them now and the reconciler publishes them once it can."""
 
     id: int
     status: SweepStatus
@@ -58,6 +59,8 @@ class SweepAccepted(BaseModel):
     filtered: dict[str, int]
     splitkv_budget: int
     budget_source: Literal["request", "device", "fallback"]
+    published: bool = Field(description="every config is on the broker's queue; false: the reconciler publishes them")
+    replayed: bool = Field(default=False, description="an earlier request with this Idempotency-Key made this sweep")
 
 
 class SweepRerun(BaseModel):
