@@ -39,7 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.sessions = session_factory(settings.database_url)
     app.state.celery = create_celery(settings)
-    app.state.telemetry = Telemetry(app.state.sessions, settings.worker_stale_s)
+    app.state.telemetry = Telemetry(app.state.sessions, settings.worker_stale_s, settings)
     if not settings.tokens:
         log.warning("ATTNSWEEP_API_TOKENS is unset: POST endpoints accept requests without a token")
     install_error_handlers(app)

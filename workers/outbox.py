@@ -359,3 +359,38 @@ def queued_live_count(session: Session) -> int:
     """Configs waiting for a worker in sweeps that are still queued or running."""
     return session.scalar(select(func.count()).select_from(ConfigRun).join(Sweep, Sweep.id == ConfigRun.sweep_id)
                           .where(ConfigRun.state == "queued", Sweep.status.in_(repo.ACTIVE_STATUSES))) or 0
+
+
+def unpublished_count(session: Session) -> int:
+    """Configs of live service sweeps committed but not yet on the broker."""
+    return session.scalar(select(func.count()).select_from(ConfigRun).join(Sweep, Sweep.id == ConfigRun.sweep_id)
+                          .where(ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None),
+                                 Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None))) or 0
+
+
+def stuck_sweeps(session: Session, after_s: float) -> list[int]:
+    """Queued or running service sweeps with nothing in flight: complete but not ended, configs
+    waiting to be published for `after_s`, or nothing stored or published for `after_s`."""
+    cutoff = repo.now() - timedelta(seconds=after_s)
+    stats = session.execute(
+        select(Sweep.id, Sweep.created_at,
+               func.count(ConfigRun.id).filter(ConfigRun.state == "queued"),
+               func.max(ConfigRun.finished_at), func.max(ConfigRun.enqueued_at),
+               func.count(ConfigRun.id).filter(ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None)))
+        .join(ConfigRun, ConfigRun.sweep_id == Sweep.id, isouter=True)
+        .where(Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None))
+        .group_by(Sweep.id, Sweep.created_at)).all()
+    out = []
+    for sid, created, queued, last_result, last_publish, unpublished in stats:
+        moments = [_aware(t) for t in (created, last_result, last_publish) if t is not None]
+        idle = max(moments) < cutoff if moments else True
+        if queued == 0 or idle or (unpublished and _aware(created) < cutoff):
+            out.append(sid)
+    return out
+
+
+def _aware(t: Any) -> Any:
+    """SQLite hands back naive datetimes (UTC); PostgreSQL aware ones."""
+    from datetime import timezone
+
+    return t.replace(tzinfo=timezone.utc) if t is not None and t.tzinfo is None else t
