@@ -20,7 +20,7 @@ import logging
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -29,7 +29,7 @@ from api.schemas.sweeps import SweepAccepted, SweepCreate
 from attnconfig import AttentionConfig
 from core.settings import Settings
 from store import repo
-from store.models import Sweep
+from store.models import ConfigRun, Sweep
 from sweeps.plan import plan_sweep
 from sweeps.sampler import SamplingExhausted
 from sweeps.spec import SweepSpec
@@ -87,6 +87,12 @@ def _accepted(session: Session, sweep: Sweep, tasks: int, published: bool, repla
     )
 
 
+def _replayed(session: Session, sweep: Sweep) -> SweepAccepted:
+    waiting = session.scalar(select(func.count()).select_from(ConfigRun).where(
+        ConfigRun.sweep_id == sweep.id, ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None))) or 0
+    return _accepted(session, sweep, 0, waiting == 0, True, sweep.draws, repo.sweep_counts(session, sweep.id)["filtered"])
+
+
 def submit_sweep(session: Session, celery: Celery, settings: Settings, body: SweepCreate, *,
                  configs: list[AttentionConfig] | None = None, rerun_of: int | None = None,
                  extra_request: dict[str, Any] | None = None, idempotency_key: str | None = None) -> SweepAccepted:
@@ -95,7 +101,7 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, body: Swe
     if key:
         earlier = _earlier(session, key, digest)
         if earlier is not None:
-            return _accepted(session, earlier, 0, True, True, earlier.draws, repo.sweep_counts(session, earlier.id)["filtered"])
+            return _replayed(session, earlier)
     spec = body.spec()
     configs = configs if configs is not None else body.configs
     explicit = configs is not None
@@ -130,6 +136,6 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, body: Swe
         earlier = _earlier(session, key, digest) if key else None
         if earlier is None:
             raise
-        return _accepted(session, earlier, 0, True, True, earlier.draws, repo.sweep_counts(session, earlier.id)["filtered"])
+        return _replayed(session, earlier)
     sweep = session.get(Sweep, done.sweep_id)
     return _accepted(session, sweep, done.tasks, done.published, False, planned["draws"], planned["filtered"])
