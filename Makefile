@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-gpu install lint
+.PHONY: run test test-gpu install lint drills
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,3 +23,8 @@ test: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu tests/gpu $(PYTEST_ARGS)
+
+# The service's dependencies killed in turn (docs/service.md, Drills): its own PostgreSQL, Redis,
+# API and two workers on free loopback ports; one table row per drill.
+drills: $(STAMP)
+	$(PY) -m drills $(ARGS)
