@@ -316,7 +316,8 @@ class Service:
 
 # --- the drills ---------------------------------------------------------------------------------
 def drill_worker_main_kill(svc: Service, n: int) -> Row:
-    status, body = svc.post_sweep(n, 1)
+    # A sweep long enough that all ten kills land while it runs.
+    status, body = svc.post_sweep(3 * n, 1)
     sid = body["id"]
     svc.wait_progress(sid, 2)
     kills = 0
@@ -328,19 +329,19 @@ def drill_worker_main_kill(svc: Service, n: int) -> Row:
         w.kill_main()  # the main process only: its pool child is orphaned, as after an OOM kill
         kills += 1
         svc.start_worker(i)  # restarted as a supervisor (compose's restart policy) would
-        time.sleep(4)
+        time.sleep(3)
     t_end = time.monotonic()
     finished = svc.wait_done(sid)
     return svc.row("worker main SIGKILL x10", sid, t_end, finished, f"{kills} kills; lease {LEASE_S} s")
 
 
 def drill_pool_child_kill(svc: Service, n: int) -> Row:
-    status, body = svc.post_sweep(n, 2)
+    status, body = svc.post_sweep(3 * n, 2)
     sid = body["id"]
     svc.wait_progress(sid, 2)
     kills = 0
-    for k in range(10):
-        if svc.sweep_status(sid) == "done":
+    for k in range(40):  # ten kills; a worker between two children has none to kill for a moment
+        if kills == 10 or svc.sweep_status(sid) == "done":
             break
         w = svc.workers[k % 2]
         children = w.children()
@@ -350,7 +351,7 @@ def drill_pool_child_kill(svc: Service, n: int) -> Row:
                 kills += 1
             except ProcessLookupError:
                 pass
-        time.sleep(1.5)
+        time.sleep(1.0)
     t_end = time.monotonic()
     finished = svc.wait_done(sid)
     return svc.row("pool child SIGKILL x10", sid, t_end, finished, f"{kills} kills")
