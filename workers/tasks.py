@@ -34,6 +34,9 @@ class ConfigBatchTask(Task):
     acks_late = True
     reject_on_worker_lost = True
     ignore_result = True
+    # A batch waits out a database outage however long it lasts (Celery's default gives up after
+    # 3 retries, about 15 s here, and acknowledges the task as failed).
+    max_retries = None
 
     @property
     def settings(self):  # noqa: ANN201
@@ -68,4 +71,4 @@ def run_configs(self: ConfigBatchTask, sweep_id: int, items: list, backend: str,
         countdown = db_retry_countdown(self.request.retries)
         log.warning("sweep %s: the database cannot be reached (%s); batch of %d configs retried in %.0f s (try %d)",
                     sweep_id, type(exc).__name__, len(items), countdown, self.request.retries + 1)
-        raise self.retry(exc=exc, countdown=countdown, max_retries=None) from None
+        raise self.retry(exc=exc, countdown=countdown) from None
