@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-gpu install lint compose-smoke
+.PHONY: run test test-gpu install lint compose-smoke drills
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,3 +30,8 @@ test-gpu: $(STAMP)
 compose-smoke:
 	deploy/smoke/ensure-docker.sh
 	$(PYTHON) deploy/smoke/compose_smoke.py $(SMOKE_ARGS)
+
+# The service's dependencies killed in turn (docs/service.md, Drills): its own PostgreSQL, Redis,
+# API and two workers on free loopback ports; one table row per drill.
+drills: $(STAMP)
+	$(PY) -m drills $(ARGS)

@@ -5,12 +5,38 @@ import hmac
 from typing import Annotated, Iterator
 
 from celery import Celery
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from api.errors import ProblemError
+from attnconfig.config import INT4_MAX, INT8_MAX, text_problem
 from core.settings import Settings
 from store.models import Sweep
+
+# Ids are int4 columns; offsets go to SQL OFFSET, which takes an int8.
+SweepId = Annotated[int, Path(ge=1, le=INT4_MAX, description="the sweep's id")]
+Offset = Annotated[int, Query(ge=0, le=INT8_MAX, description="rows to skip")]
+# Longest query or path value: longer ones can match nothing the store holds (labels are 200
+# characters, refs 255) and would only cost the database a comparison.
+MAX_PARAM_CHARS = 1000
+
+
+def check_text_params(request: Request) -> None:
+    """Every query and path value is storable text (no NUL, no lone surrogate) of at most
+    MAX_PARAM_CHARS characters: else 422 naming the parameter, before any handler runs."""
+    problems = []
+    for name, value in [*request.query_params.multi_items(), *request.path_params.items()]:
+        if not isinstance(value, str):
+            continue
+        problem = text_problem(value) or text_problem(name)
+        if problem is None and len(value) > MAX_PARAM_CHARS:
+            problem = f"at most {MAX_PARAM_CHARS} characters (got {len(value)})"
+        if problem is not None:
+            shown = name if text_problem(name) is None else ascii(name)
+            problems.append((shown, f"{shown}: {problem}"))
+    if problems:
+        raise ProblemError(problems)
 
 bearer = HTTPBearer(auto_error=False, description="a token of ATTNSWEEP_API_TOKENS; writes are open when it is unset")
 
@@ -32,7 +58,7 @@ SessionDep = Annotated[Session, Depends(get_session)]
 
 def sweep_or_404(session: Session, sweep_id: int) -> Sweep:
     """The sweep with this id, or an HTTP 404 that names it."""
-    sweep = session.get(Sweep, sweep_id)
+    sweep = session.get(Sweep, sweep_id) if 1 <= sweep_id <= INT4_MAX else None
     if sweep is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"sweep {sweep_id} not found")
     return sweep

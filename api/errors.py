@@ -7,15 +7,22 @@ of the query parameter.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
 from api.schemas.common import jsonable
 from attnconfig import ConfigError
+from store.db import is_unreachable
 
+# Seconds a client is told to wait when the database cannot be reached (Retry-After).
+RETRY_AFTER_S = 5
+
+log = logging.getLogger(__name__)
 LOCATIONS = ("body", "query", "path", "header", "cookie")
 
 
@@ -23,7 +30,11 @@ class SafeJSONResponse(JSONResponse):
     """JSON whatever the floats: NaN and +-inf are written as "nan", "inf", "-inf"."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(jsonable(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        text = json.dumps(jsonable(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        try:
+            return text.encode()
+        except UnicodeEncodeError:  # a lone surrogate echoed from a request: escaped, still JSON
+            return json.dumps(jsonable(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
 
 
 class ProblemError(Exception):
@@ -82,6 +93,20 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProblemError)
     async def _problem(_request: Request, exc: ProblemError) -> JSONResponse:
         return SafeJSONResponse(problems_body(exc.problems), status_code=exc.status_code)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _database(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        # The database is down or unreachable: 503 and when to try again, not a 500. Any other
+        # database error is a bug and stays a 500.
+        if not is_unreachable(exc):
+            raise exc
+        log.warning("database unreachable: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return database_unavailable()
+
+
+def database_unavailable() -> JSONResponse:
+    return SafeJSONResponse({"detail": "the database cannot be reached; try again later"},
+                            status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 class BodyLimit:

@@ -11,28 +11,48 @@ from typing import Sequence
 from pydantic import BaseModel
 
 from api.errors import ProblemError
+from sqlalchemy import BigInteger
+
+from attnconfig.config import INT4_MAX, INT8_MAX
 from attnconfig.outcomes import FAILING_OUTCOMES, GATES, OUTCOMES
+from store.models import ConfigRun
 from store.queries import FIELD_KINDS, GROUPABLE, SORTABLE, Match, ResultFilter
 
-_INT_RANGE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*$")
+_INT_RANGE = re.compile(r"^\s*(-?[0-9]+)?\s*:\s*(-?[0-9]+)?\s*$")
+_INT = re.compile(r"^-?[0-9]+$")
 ALIASES = {"gate": "failed_gate", "sweep": "sweep_id"}
 CHOICES = {"outcome": OUTCOMES, "failed_gate": GATES, "dtype": ("f16", "bf16", "f32", "i8")}
 NOT_FILTERS = {"label", "since", "until", "sort", "limit", "offset", "with_count", "by"}
 
 
-def parse_int_match(param: str, text: str) -> Match:
+def int_bound(column: str) -> int:
+    """The largest value the column holds: int8 for BigInteger columns, else int4."""
+    col = ConfigRun.__table__.c.get(column)
+    return INT8_MAX if col is not None and isinstance(col.type, BigInteger) else INT4_MAX
+
+
+def _bounded_int(param: str, text: str, bound: int) -> int:
+    text = text.strip()
+    if not _INT.match(text) or len(text) > 21 or not -bound - 1 <= int(text) <= bound:
+        raise ProblemError([(param, f"{param}={text[:40]!r}: integers must be in [{-bound - 1}, {bound}] "
+                                    "(the range the store's column holds)")])
+    return int(text)
+
+
+def parse_int_match(param: str, text: str, bound: int = INT4_MAX) -> Match:
+    """N, A,B,C or LO:HI, every integer within [-bound - 1, bound] (what the column holds)."""
     m = _INT_RANGE.match(text)
     if m:
-        lo, hi = (int(g) if g is not None else None for g in m.groups())
+        lo, hi = (_bounded_int(param, g, bound) if g is not None else None for g in m.groups())
         if lo is None and hi is None:
             raise ProblemError([(param, f"{param}={text!r}: a range needs at least one end, e.g. 64:128 or 1024:")])
         if lo is not None and hi is not None and lo > hi:
             raise ProblemError([(param, f"{param}={text!r}: lo must be <= hi")])
         return Match(lo=lo, hi=hi)
-    try:
-        return Match(values=tuple(int(v) for v in text.split(",")))
-    except ValueError:
-        raise ProblemError([(param, f"{param}={text!r}: expected N, A,B,C or LO:HI with integers")]) from None
+    values = [v.strip() for v in text.split(",")]
+    if not all(_INT.match(v) for v in values):
+        raise ProblemError([(param, f"{param}={text[:80]!r}: expected N, A,B,C or LO:HI with integers")])
+    return Match(values=tuple(_bounded_int(param, v, bound) for v in values))
 
 
 def parse_str_match(param: str, column: str, text: str, allowed: tuple[str, ...] | None = None) -> Match:
@@ -58,7 +78,7 @@ def result_filter(query: BaseModel, *, failures_only: bool) -> ResultFilter:
         if kind == "bool":
             matches[column] = Match(values=(bool(value),))
         elif kind == "int":
-            matches[column] = parse_int_match(param, str(value))
+            matches[column] = parse_int_match(param, str(value), int_bound(column))
         else:
             allowed = FAILING_OUTCOMES if (column == "outcome" and failures_only) else None
             matches[column] = parse_str_match(param, column, str(value), allowed)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import logging
 from importlib import metadata
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
+from api.deps import check_text_params
 from api.errors import BodyLimit, SafeJSONResponse, install_error_handlers
 from api import dashboard
 from api.routes import ci, failures, health, metrics, sweeps, webhooks, workers
@@ -33,11 +34,12 @@ def _version() -> str:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="attnsweep", version=_version(), description=DESCRIPTION, default_response_class=SafeJSONResponse)
+    app = FastAPI(title="attnsweep", version=_version(), description=DESCRIPTION, default_response_class=SafeJSONResponse,
+                  dependencies=[Depends(check_text_params)])
     app.state.settings = settings
     app.state.sessions = session_factory(settings.database_url)
     app.state.celery = create_celery(settings)
-    app.state.telemetry = Telemetry(app.state.sessions, settings.worker_stale_s)
+    app.state.telemetry = Telemetry(app.state.sessions, settings.worker_stale_s, settings)
     if not settings.tokens:
         log.warning("ATTNSWEEP_API_TOKENS is unset: POST endpoints accept requests without a token")
     install_error_handlers(app)

@@ -1,8 +1,10 @@
-"""Prometheus metrics of one API instance: request counts and latencies, plus store gauges.
+"""Prometheus metrics of one API instance: request counts and latencies, plus store and broker gauges.
 
 Each app has its own registry (several apps in one process, as in tests, never clash). The
-gauges are read from the database when scraped: sweeps by status, configs waiting in the
-queue, live workers per queue.
+gauges are read when scraped: from the database, sweeps by status, configs waiting for a worker
+in live (queued or running) sweeps, configs committed but not yet published, stuck sweeps, live
+workers per queue; from the broker (Redis, with a 1 s timeout), whether it answers, tasks
+waiting per queue and tasks delivered but not yet acknowledged per queue.
 """
 from __future__ import annotations
 
@@ -15,30 +17,65 @@ from prometheus_client.registry import Collector
 
 from store import queries, repo
 
+# An active sweep that has neither stored a result nor published a config for this long, or
+# whose configs have waited this long to be published, is stuck: nothing is in flight for it.
+STUCK_AFTER_S = 900.0
+
 
 class StoreCollector(Collector):
-    def __init__(self, sessions: Callable[[], Any], stale_after_s: float):
+    def __init__(self, sessions: Callable[[], Any], stale_after_s: float, settings: Any = None):
         self.sessions = sessions
         self.stale_after_s = stale_after_s
+        self.settings = settings
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        from workers.outbox import stuck_sweeps, queued_live_count, unpublished_count
+
         with self.sessions() as session:
             sweeps = GaugeMetricFamily("attnsweep_sweeps", "Sweeps by status", labels=["status"])
             for status, n in sorted(queries.count_by_status(session).items()):
                 sweeps.add_metric([status], n)
-            queued = GaugeMetricFamily("attnsweep_configs_queued", "Configs waiting for a worker")
-            queued.add_metric([], queries.queued_config_count(session))
+            queued = GaugeMetricFamily("attnsweep_configs_queued", "Configs waiting for a worker, of queued or running sweeps")
+            queued.add_metric([], queued_live_count(session))
+            unpublished = GaugeMetricFamily("attnsweep_configs_unpublished",
+                                            "Configs committed but not yet on the broker (the reconciler publishes them)")
+            unpublished.add_metric([], unpublished_count(session))
+            stuck = GaugeMetricFamily("attnsweep_sweeps_stuck", f"Queued or running sweeps with nothing stored or "
+                                      f"published for {STUCK_AFTER_S:g} s, or complete but not ended")
+            stuck.add_metric([], len(stuck_sweeps(session, STUCK_AFTER_S)))
             workers = GaugeMetricFamily("attnsweep_workers_alive", "Live workers by queue", labels=["queue"])
             per_queue: dict[str, int] = {}
             for w in repo.live_workers(session, self.stale_after_s):
                 per_queue[w.queue] = per_queue.get(w.queue, 0) + 1
             for queue, n in sorted(per_queue.items()):
                 workers.add_metric([queue], n)
-        yield from (sweeps, queued, workers)
+        yield from (sweeps, queued, unpublished, stuck, workers)
+        yield from self._broker()
+
+    def _broker(self) -> Iterator[GaugeMetricFamily]:
+        from workers.app import redis_client
+        from workers.outbox import broker_view
+
+        if self.settings is None or redis_client(self.settings, 1.0) is None:
+            return
+        view = broker_view(self.settings, timeout=1.0)
+        up = GaugeMetricFamily("attnsweep_broker_up", "1 when the broker (Redis) answers within 1 s")
+        up.add_metric([], 1 if view.reachable else 0)
+        yield up
+        if not view.reachable:
+            return
+        depth = GaugeMetricFamily("attnsweep_queue_depth", "Tasks waiting on the broker per queue", labels=["queue"])
+        unacked = GaugeMetricFamily("attnsweep_tasks_unacked", "Tasks delivered to a worker and not yet acknowledged "
+                                    "(running, reserved or held for a retry) per queue", labels=["queue"])
+        for queue in sorted(view.depth):
+            depth.add_metric([queue], view.depth[queue])
+            unacked.add_metric([queue], view.unacked.get(queue, 0))
+        yield depth
+        yield unacked
 
 
 class Telemetry:
-    def __init__(self, sessions: Callable[[], Any], stale_after_s: float):
+    def __init__(self, sessions: Callable[[], Any], stale_after_s: float, settings: Any = None):
         self.registry = CollectorRegistry()
         self.requests = Counter("attnsweep_http_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry)
         self.latency = Histogram("attnsweep_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
@@ -46,7 +83,7 @@ class Telemetry:
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
         self.sweeps_submitted = Counter("attnsweep_sweeps_submitted", "Sweeps accepted by POST /sweeps or rerun", registry=self.registry)
         self.configs_enqueued = Counter("attnsweep_configs_enqueued", "Configs published to the queues", registry=self.registry)
-        self.registry.register(StoreCollector(sessions, stale_after_s))
+        self.registry.register(StoreCollector(sessions, stale_after_s, settings))
 
     async def middleware(self, request: Any, call_next: Callable) -> Any:
         t0 = time.perf_counter()

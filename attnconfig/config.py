@@ -7,13 +7,45 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 DTYPES = ("f16", "bf16", "f32", "i8")
 Dtype = Literal["f16", "bf16", "f32", "i8"]
 MAX_HEAD_DIM = 1024
+# What the store's integer columns hold: int4 (Integer) and int8 (BigInteger), signed. Every
+# integer a request carries is bounded by the column it ends in (or by int8 where it only
+# meets numpy and Python arithmetic), so an oversized value is a 422 naming its field, never a
+# database or numpy overflow.
+INT4_MAX = 2**31 - 1
+INT8_MAX = 2**63 - 1
+
+
+def text_problem(value: str) -> str | None:
+    """Why a string cannot be stored as text, or None: PostgreSQL text holds no NUL character,
+    and UTF-8 cannot encode a lone surrogate (a JSON escape such as \\ud800)."""
+    if "\x00" in value:
+        return "must not contain the NUL character (\\u0000)"
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        return "must not contain a lone surrogate (\\ud800-\\udfff): it is not valid Unicode text"
+    return None
+
+
+def _storable_text(value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A string that can be stored: no NUL, no lone surrogate (lengths are set where it is used).
+StorableStr = Annotated[str, AfterValidator(_storable_text)]
+
+
+def storable_str(max_length: int, min_length: int = 0) -> Any:
+    """StorableStr of min_length to max_length characters (a VARCHAR column's length)."""
+    return Annotated[str, StringConstraints(min_length=min_length, max_length=max_length), AfterValidator(_storable_text)]
 
 
 class ConfigError(ValueError):
@@ -30,26 +62,26 @@ class AttentionConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     dtype: Dtype
-    g: int = Field(ge=1)
-    seq_len_q: int = Field(ge=1)
-    seq_len_k: int = Field(ge=1)
-    num_heads_q: int = Field(ge=1)
-    num_heads_kv: int = Field(ge=1)
+    g: int = Field(ge=1, le=INT4_MAX)
+    seq_len_q: int = Field(ge=1, le=INT4_MAX)
+    seq_len_k: int = Field(ge=1, le=INT4_MAX)
+    num_heads_q: int = Field(ge=1, le=INT4_MAX)
+    num_heads_kv: int = Field(ge=1, le=INT4_MAX)
     head_dim_qk: int = Field(ge=1, le=MAX_HEAD_DIM)
     head_dim_v: int = Field(ge=1, le=MAX_HEAD_DIM)
     with_attn_scale: bool = True
     with_attn_bias: bool = False
     causal: bool = False
-    prefix_offset: list[int] | None = None
-    current_seq_len: list[int] | None = None
+    prefix_offset: list[Annotated[int, Field(le=INT4_MAX)]] | None = None
+    current_seq_len: list[Annotated[int, Field(le=INT4_MAX)]] | None = None
     trans_q: bool = False
     trans_k: bool = False
     trans_v: bool = False
     trans_o: bool = False
     return_lse: bool = False
-    split_kv: int = Field(default=1, ge=1)
-    rms_threshold: float | None = Field(default=None, gt=0)
-    data_seed: int = Field(default=0, ge=0)
+    split_kv: int = Field(default=1, ge=1, le=INT4_MAX)
+    rms_threshold: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    data_seed: int = Field(default=0, ge=0, le=INT8_MAX)
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "AttentionConfig":

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from attnconfig.config import validation_problems
+from attnconfig.config import INT4_MAX, storable_str, validation_problems
 
 SHA = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$"
 ZERO_SHA = "0" * 40
@@ -32,18 +32,18 @@ class _Model(BaseModel):
 
 
 class _Repository(_Model):
-    full_name: str = Field(min_length=1, max_length=200)
+    full_name: storable_str(200, 1)  # type: ignore[valid-type]
 
 
 class _Push(_Model):
-    ref: str = Field(min_length=1, max_length=255)
+    ref: storable_str(255, 1)  # type: ignore[valid-type]
     after: str = Field(pattern=SHA)
     deleted: bool = False
     repository: _Repository
 
 
 class _Side(_Model):
-    ref: str = Field(min_length=1, max_length=200)
+    ref: storable_str(200, 1)  # type: ignore[valid-type]
     sha: str = Field(pattern=SHA)
 
 
@@ -54,7 +54,7 @@ class _PullRequest(_Model):
 
 class _PullRequestEvent(_Model):
     action: str
-    number: int = Field(ge=1)
+    number: int = Field(ge=1, le=INT4_MAX)  # sweeps.pr_number is int4
     pull_request: _PullRequest
     repository: _Repository
 

@@ -21,7 +21,8 @@ BACKENDS = ("auto", "cpu", "cuda", "hip")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    # One line whatever the terminal's width (soft_wrap), so scripts can grep it; no traceback.
+    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
     raise typer.Exit(code)
 
 
@@ -266,6 +267,58 @@ def serve(
     if not is_current(get_settings().database_url):
         fail("the database is not at the newest schema revision: run `attnsweep db upgrade` first")
     uvicorn.run("api.main:create_app", factory=True, host=host, port=port, workers=workers, log_level="info")
+
+
+@app.command()
+def submit(
+    samples: int = SAMPLES,
+    seed: Optional[int] = SEED,
+    dtypes: str = DTYPES,
+    backend: str = BACKEND,
+    label: Optional[str] = LABEL,
+    max_tokens: int = MAX_TOKENS,
+    splitkv_extra_bytes_limit: Optional[int] = SKV_LIMIT,
+    reference_flops_limit: float = FLOPS_LIMIT,
+    reference_bytes_limit: int = BYTES_LIMIT,
+    range_: list[str] = RANGES,
+    defect: list[str] = typer.Option([], "--defect", help="compile a known bug into the kernels"),
+    idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key", help="a retried submit with the same key returns the first one's sweep"),
+) -> None:
+    """Submit a sweep to the service's workers (settings from ATTNSWEEP_*), as POST /sweeps does.
+
+    The same path as the API and the CI webhook: the sweep is committed with its configs, then
+    published; with the broker away it stays queued and the workers' reconciler publishes it."""
+    from api.errors import ProblemError
+    from api.schemas.sweeps import SweepCreate
+    from api.submission import submit_sweep
+    from core.settings import get_settings
+    from pydantic import ValidationError
+    from store.db import is_unreachable, session_factory
+    from store.migrate import is_current
+    from workers.app import create_celery
+
+    spec = _spec(samples=samples, seed=seed, dtypes=dtypes, backend=backend, label=label, max_tokens=max_tokens,
+                 splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
+                 reference_bytes_limit=reference_bytes_limit, ranges=range_)
+    try:
+        body = SweepCreate.model_validate({**spec.model_dump(exclude_none=True), "defects": defect})
+    except ValidationError as exc:
+        from api.errors import request_problems
+
+        fail("; ".join(f"{f}: {r}" for f, r in request_problems(exc.errors())))
+    settings = get_settings()
+    try:
+        if not is_current(settings.database_url):
+            fail("the database is not at the newest schema revision: run `attnsweep db upgrade` first")
+        with session_factory(settings.database_url)() as session:
+            accepted = submit_sweep(session, create_celery(settings), settings, body, idempotency_key=idempotency_key)
+    except ProblemError as exc:
+        fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a database that cannot be reached is one line, not a traceback
+        if not is_unreachable(exc):
+            raise
+        fail(f"database: cannot be reached ({str(exc).splitlines()[0]}); try again later", code=3)
+    print(accepted.model_dump_json())
 
 
 @app.command()

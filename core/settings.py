@@ -32,6 +32,20 @@ class Settings(BaseSettings):
     overlap_device: bool = False
 
     # --- service (API and workers) ---------------------------------------------------------
+    # Seconds a new PostgreSQL connection may take before the request is answered 503 or the
+    # batch retried. store.db reads it from the environment itself (engines are per URL).
+    db_connect_timeout_s: int = Field(default=3, ge=1, le=60)
+    # Seconds a broker (Redis) connection may take to open, and one command to answer. Without
+    # them a frozen Redis (accepting connections, answering nothing) hangs every publisher and
+    # health check for as long as it stays frozen. Above kombu's 1 s blocking-pop timeout.
+    broker_connect_timeout_s: float = Field(default=3.0, gt=0, le=60)
+    broker_socket_timeout_s: float = Field(default=5.0, gt=1, le=120)
+    # The lease on a delivered task (kombu's visibility_timeout): a task whose lease is not
+    # renewed for this long goes back on its queue. A live worker's main process renews the
+    # lease of every task it holds every visibility_timeout_s / 8, however long the task runs,
+    # so only a dead (or cut-off) worker's tasks expire: they run again within about
+    # visibility_timeout_s + 10 s. docs/service.md, "Delivery", says why this is safe.
+    visibility_timeout_s: int = Field(default=120, ge=30, le=86400)
     # Prefix of the Celery queue names ("<prefix>cpu", "<prefix>gpu"): several deployments (or
     # test runs) can share one broker without taking each other's tasks.
     queue_prefix: str = ""
@@ -45,6 +59,10 @@ class Settings(BaseSettings):
     worker_stale_s: float = Field(default=60.0, gt=0)
     max_body_bytes: int = Field(default=16 << 20, ge=1024)
     max_sweep_configs: int = Field(default=100_000, ge=1)
+    # The most draws one submitted sweep may cost the API (sweeps.spec.MAX_DRAWS is the hard
+    # ceiling: about 50 s of one CPU); a request's max_draws above it is a 422, and the default
+    # of 1000 * samples is cut to it.
+    max_draws: int = Field(default=1_000_000, ge=1, le=1_000_000)
 
     # --- CI integration (POST /webhooks/ci, GET /ci/...) -------------------------------------
     # Where CI sweeps read kernels/src at the pushed commit: a git URL or a local path.
@@ -114,9 +132,9 @@ class Settings(BaseSettings):
         return self.task_batch_size * (self.config_time_limit_s + self.config_time_grace_s) + 60.0
 
     @property
-    def visibility_timeout_s(self) -> int:
-        """Redis redelivers an unacknowledged task after this: longer than the longest task."""
-        return int(max(3600.0, 2 * self.task_time_limit_s))
+    def lease_renew_s(self) -> float:
+        """How often a live worker renews the lease of each task it holds (workers.lease)."""
+        return max(1.0, self.visibility_timeout_s / 8)
 
 
 @lru_cache(maxsize=1)

@@ -34,7 +34,8 @@ class Base(DeclarativeBase):
 class Sweep(Base):
     __tablename__ = "sweeps"
     # The base-branch lookup of a pull request's verdict: newest finished sweep of (repository, ref).
-    __table_args__ = (Index("ix_sweeps_repository_ref", "repository", "ref", "status"),)
+    __table_args__ = (Index("ix_sweeps_repository_ref", "repository", "ref", "status"),
+                      UniqueConstraint("idempotency_key", name="uq_sweeps_idempotency_key"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     label: Mapped[str | None] = mapped_column(String(200), index=True)
@@ -64,6 +65,10 @@ class Sweep(Base):
     base_ref: Mapped[str | None] = mapped_column(String(255))  # a pull request's target branch
     pr_number: Mapped[int | None] = mapped_column(Integer)
     source_hash: Mapped[str | None] = mapped_column(ForeignKey("source_bundles.hash", ondelete="RESTRICT"), index=True)
+    # Revision 0005: the client's Idempotency-Key of POST /sweeps (a retried
+    # request with the same key gets this sweep back) and the sha256 of the request it came with.
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    request_sha256: Mapped[str | None] = mapped_column(String(64))
 
     filter_counts: Mapped[list["FilterCount"]] = relationship(back_populates="sweep", cascade="all, delete-orphan")
 
@@ -174,6 +179,11 @@ class ConfigRun(Base):
     # instead of being delivered forever (workers/execute.py MAX_STARTS).
     starts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The outbox (revision 0005): null while the config is committed but not
+    # yet published to the broker; set when its task is published. `enqueues` counts the
+    # publications (the first, and each requeue of a task that vanished from the broker).
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    enqueues: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 
@@ -215,8 +225,12 @@ class CiDelivery(Base):
     """A webhook delivery (X-GitHub-Delivery) that started a sweep: a replay starts nothing new."""
 
     __tablename__ = "ci_deliveries"
+    __table_args__ = (UniqueConstraint("body_sha256", name="uq_ci_deliveries_body_sha256"),)
 
     delivery_id: Mapped[str] = mapped_column(String(100), primary_key=True)
     event: Mapped[str] = mapped_column(String(32))
+    # sha256 of the signed body (revision 0005): what the signature covers,
+    # so the same signed body under a new delivery id is a replay too.
+    body_sha256: Mapped[str | None] = mapped_column(String(64))
     sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -27,9 +27,16 @@ from pydantic import (
     model_validator,
 )
 
-from attnconfig.config import DTYPES, MAX_HEAD_DIM, ConfigError, validation_problems
+from attnconfig.config import DTYPES, INT4_MAX, INT8_MAX, MAX_HEAD_DIM, ConfigError, storable_str, validation_problems
 
 GIB = 1 << 30
+# The most draws one request may cost. A draw (sample and prefilter one config) takes about
+# 50 us of one CPU, so a request that cannot be satisfied stops within a minute instead of
+# holding an API thread for hours; max_draws above it is refused and the default
+# (1000 * samples) is cut to it. samples is bounded by it too, so the cap always allows samples.
+MAX_DRAWS = 1_000_000
+MAX_LABEL = 200  # sweeps.label is VARCHAR(200)
+Label = storable_str(MAX_LABEL)
 
 # Default sampled ranges (SPEC §6). `g` and `seq_len_q` are further capped by max_tokens at
 # draw time; heads and split_kv are drawn as powers of two inside their range.
@@ -97,6 +104,10 @@ def _range_problems(ranges: Mapping[str, tuple[int, int]]) -> list[tuple[str, st
             problems.append((field, f"unknown range {key!r}; allowed: {', '.join(RANGE_KEYS)}"))
             continue
         floor = 0 if key in COIN_FIELDS else 1
+        # Sampled values become config fields stored in int4 columns.
+        if hi > INT4_MAX or lo > INT4_MAX:
+            problems.append((field, f"{key}={lo}:{hi}: lo and hi must be <= {INT4_MAX}"))
+            continue
         if lo < floor:
             problems.append((field, f"{key}={lo}:{hi}: lo must be >= {floor}"))
         if lo > hi:
@@ -126,18 +137,18 @@ class SweepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    samples: StrictInt = Field(default=50, ge=1)
-    seed: StrictInt | None = Field(default=None, ge=0)
-    dtypes: list[DtypeName] = Field(default_factory=lambda: list(DTYPES), min_length=1)
+    samples: StrictInt = Field(default=50, ge=1, le=MAX_DRAWS)
+    seed: StrictInt | None = Field(default=None, ge=0, le=INT8_MAX)
+    dtypes: list[DtypeName] = Field(default_factory=lambda: list(DTYPES), min_length=1, max_length=len(DTYPES))
     backend: Backend = "auto"
-    label: str | None = None
-    max_tokens: StrictInt = Field(default=16384, ge=1)
-    splitkv_extra_bytes_limit: StrictInt | None = Field(default=None, ge=0)
-    reference_flops_limit: StrictFloat = Field(default=2e10, gt=0)
-    reference_bytes_limit: StrictInt = Field(default=GIB, ge=1)
-    ranges: dict[str, tuple[StrictInt, StrictInt]] = Field(default_factory=dict)
-    max_draws: StrictInt | None = Field(default=None, ge=1)
-    err_ratio_gate: StrictFloat | None = Field(default=None, gt=0)
+    label: Label | None = None
+    max_tokens: StrictInt = Field(default=16384, ge=1, le=INT8_MAX)
+    splitkv_extra_bytes_limit: StrictInt | None = Field(default=None, ge=0, le=INT8_MAX)
+    reference_flops_limit: StrictFloat = Field(default=2e10, gt=0, allow_inf_nan=False)
+    reference_bytes_limit: StrictInt = Field(default=GIB, ge=1, le=INT8_MAX)
+    ranges: dict[str, tuple[StrictInt, StrictInt]] = Field(default_factory=dict, max_length=len(RANGE_KEYS))
+    max_draws: StrictInt | None = Field(default=None, ge=1, le=MAX_DRAWS)
+    err_ratio_gate: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @field_validator("dtypes")
     @classmethod
@@ -172,8 +183,8 @@ class SweepSpec(BaseModel):
         return (today or _dt.date.today()).isocalendar().week
 
     def resolved_max_draws(self) -> int:
-        """The cap on draws: max_draws, or 1000 * samples when None."""
-        return self.max_draws if self.max_draws is not None else 1000 * self.samples
+        """The cap on draws: max_draws, or 1000 * samples (at most MAX_DRAWS) when None."""
+        return self.max_draws if self.max_draws is not None else min(1000 * self.samples, MAX_DRAWS)
 
     def range_of(self, key: str) -> tuple[int, int]:
         """The range in force for a sampled field: the override, else SPEC §6's default."""
@@ -192,7 +203,20 @@ def parse_sweep_spec(obj: Mapping[str, Any] | SweepSpec) -> SweepSpec:
         raise SweepSpecError(validation_problems(exc)) from None
 
 
-_RANGE_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(-?\d+)\s*(?::\s*(-?\d+)\s*)?$")
+# Ends are integers, also in exponent form (1e6); an end past int4 is then refused by its rule.
+_NUM = r"(-?\d+(?:[eE]\+?\d+)?)"
+_RANGE_RE = re.compile(rf"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*{_NUM}\s*(?::\s*{_NUM}\s*)?$")
+
+
+def _range_end(text: str) -> int:
+    """An integer written as digits or as mantissa and exponent ("1e40"), without float rounding.
+    Values past 10**40 come back as +-10**40: the int4 rule refuses them either way, and Python
+    refuses to convert digit strings past 4300 digits."""
+    mantissa, _, exponent = text.lower().partition("e")
+    digits = len(mantissa.lstrip("-").lstrip("0")) + (int(exponent.lstrip("+")[:4] or 0) if exponent else 0)
+    if digits > 40:
+        return -10**40 if mantissa.startswith("-") else 10**40
+    return int(mantissa) * 10 ** (int(exponent.lstrip("+")) if exponent else 0)
 
 
 def parse_range(text: str) -> tuple[str, tuple[int, int]]:
@@ -207,8 +231,8 @@ def parse_range(text: str) -> tuple[str, tuple[int, int]]:
             f"--range {text!r}: expected NAME=LO:HI with integers, e.g. g=1:64; "
             f"NAME one of {', '.join(RANGE_KEYS)}"))])
     key, lo_s, hi_s = m.group(1), m.group(2), m.group(3)
-    lo = int(lo_s)
-    hi = int(hi_s) if hi_s is not None else lo
+    lo = _range_end(lo_s)
+    hi = _range_end(hi_s) if hi_s is not None else lo
     problems = _range_problems({key: (lo, hi)})
     if problems:
         raise SweepSpecError(problems)

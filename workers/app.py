@@ -2,8 +2,10 @@
 
 Celery's guide for long tasks: acknowledge late (a task lost with its worker is delivered
 again; our result writes are idempotent, so running twice is safe), reject on worker loss,
-prefetch one task at a time, and a Redis visibility timeout longer than the longest task
-(else Redis hands a running task to a second worker).
+prefetch one task at a time. Redis's visibility timeout is a lease (ATTNSWEEP_VISIBILITY_TIMEOUT_S,
+two minutes) that each live worker renews for the tasks it holds (workers.lease), so it need not
+outlast the longest task: a running task is never handed to a second worker while its worker
+lives, and a dead worker's tasks run again within minutes.
 
 CI sweeps go before all others: every task carries a message priority, and kombu's Redis
 transport keeps one list per priority step and pops them in step order, lowest first (on Redis
@@ -34,6 +36,36 @@ def queue_kind(backend: str) -> str:
     return "cpu" if backend == "cpu" else "gpu"
 
 
+def transport_options(settings: Settings) -> dict[str, Any]:
+    """kombu's Redis transport: the lease on a delivered task, the priority lists, and the socket
+    timeouts that keep a frozen or vanished Redis from hanging a client (connect, every command)."""
+    return {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "priority_steps": PRIORITY_STEPS,
+        # Every 10 s a consumer puts back the deliveries whose lease expired (kombu's default
+        # scans every 100 s).
+        "unacked_restore_interval": 10,
+        "unacked_restore_throttle": 1,
+        "socket_connect_timeout": settings.broker_connect_timeout_s,
+        "socket_timeout": settings.broker_socket_timeout_s,
+        "socket_keepalive": True,
+        "retry_on_timeout": False,
+        "health_check_interval": 10,
+    }
+
+
+def redis_client(settings: Settings, timeout: float | None = None) -> Any:
+    """A redis-py client of the broker (None for a broker that is not Redis, as memory:// in
+    tests), with connect and command timeouts: `timeout`, else the broker settings'."""
+    url = settings.broker_url
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    import redis
+
+    return redis.Redis.from_url(url, socket_connect_timeout=timeout or settings.broker_connect_timeout_s,
+                                socket_timeout=timeout or settings.broker_socket_timeout_s, retry_on_timeout=False)
+
+
 def create_celery(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
     celery = Celery("attnsweep", broker=settings.broker_url, include=["workers.tasks"])
@@ -46,7 +78,13 @@ def create_celery(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=settings.queue_name("cpu"),
         task_time_limit=settings.task_time_limit_s,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s, "priority_steps": PRIORITY_STEPS},
+        broker_transport_options=transport_options(settings),
+        # Publishing (POST /sweeps, the webhook, the reconciler) gives up after one quick retry
+        # instead of kombu's default of retrying for about a minute: a refused publish is left to
+        # the reconciler (workers.outbox), never to a caller that waits.
+        task_publish_retry=True,
+        task_publish_retry_policy={"max_retries": 1, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0},
+        broker_connection_timeout=settings.broker_connect_timeout_s,
         task_default_priority=SWEEP_PRIORITY,
         broker_connection_retry_on_startup=True,
         worker_send_task_events=True,  # Flower

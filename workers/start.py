@@ -15,6 +15,8 @@ from celery.signals import worker_ready, worker_shutdown
 from core.settings import Settings
 from kernels.devices import pin_gpu
 from workers.app import create_celery
+from workers.lease import LeaseRenewer
+from workers.outbox import ReconcilerThread
 from workers.registry import Heartbeat, probe_device, registration
 
 log = logging.getLogger(__name__)
@@ -45,11 +47,19 @@ def start_worker(settings: Settings, kind: str, *, gpu: int | None = None, concu
     name = name or f"{kind}{gpu if gpu is not None else ''}@{socket.gethostname()}"
     heartbeat = Heartbeat(settings, registration(name, queue, gpu, concurrency, info))
     app = create_celery(settings)
+    # In the main process only (pool children run tasks): the leases of the tasks it holds, and
+    # the reconciler of the outbox (one at a time across workers: workers.outbox).
+    lease = LeaseRenewer(settings)
+    reconciler = ReconcilerThread(settings, app)
 
     def on_ready(sender=None, **_kwargs) -> None:  # noqa: ANN001
+        lease.start()
+        reconciler.start()
         heartbeat.start()
 
     def on_shutdown(sender=None, **_kwargs) -> None:  # noqa: ANN001
+        reconciler.stop()
+        lease.stop()
         heartbeat.stop()
 
     worker_ready.connect(on_ready, weak=False)

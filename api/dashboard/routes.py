@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
+from api.deps import SweepId
 from api.dashboard import static
 from api.routes import analysis
 from api.schemas.analysis import SweepFailuresQuery
@@ -53,7 +54,7 @@ def read_sweeps_page(request: Request) -> HTMLResponse:
 
 
 @pages.get("/sweeps/{sweep_id}")
-def read_sweep_page(request: Request, sweep_id: int) -> HTMLResponse:
+def read_sweep_page(request: Request, sweep_id: SweepId) -> HTMLResponse:
     context = {
         "page": "sweep", "sweep_id": sweep_id, "outcomes": OUTCOMES, "failing": FAILING_OUTCOMES,
         "filters": _filters(), "rate_fields": _first(list(RATE_FIELDS)), "sortable": SORTABLE,

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.convert import config_run_public
-from api.deps import SessionDep, sweep_or_404
+from api.deps import SweepId, SessionDep, sweep_or_404
 from api.filters import parse_by, parse_sort, result_filter
 from api.schemas.analysis import (
     FailureRates,
@@ -35,7 +35,7 @@ def _in_sweep(flt: ResultFilter, sweep_id: int) -> ResultFilter:
 
 
 @router.get("/{sweep_id}/failure-rates", response_model=FailureRates, responses=ERRORS)
-def read_failure_rates(sweep_id: int, query: Annotated[FailureRatesQuery, Query()], session: SessionDep) -> FailureRates:  # type: ignore[valid-type]
+def read_failure_rates(sweep_id: SweepId, query: Annotated[FailureRatesQuery, Query()], session: SessionDep) -> FailureRates:  # type: ignore[valid-type]
     """Failure rates of the sweep's finished configs per value of one or two fields (a heatmap).
 
     Size fields also come bucketed by powers of two: `seq_len_k_bucket`, `head_dim_qk_bucket`, ...
@@ -52,7 +52,7 @@ def read_failure_rates(sweep_id: int, query: Annotated[FailureRatesQuery, Query(
 
 
 @router.get("/{sweep_id}/failures", response_model=FailureRowsPublic, responses=ERRORS)
-def read_sweep_failures(sweep_id: int, query: Annotated[SweepFailuresQuery, Query()], session: SessionDep) -> FailureRowsPublic:  # type: ignore[valid-type]
+def read_sweep_failures(sweep_id: SweepId, query: Annotated[SweepFailuresQuery, Query()], session: SessionDep) -> FailureRowsPublic:  # type: ignore[valid-type]
     """The sweep's failures (fail, nan, fault, unsafe, error, timeout, oom), filtered, sorted and paged as GET
     /failures; each with `check`: the metric that decided it against its bound, and why that bound."""
     sweep_or_404(session, sweep_id)

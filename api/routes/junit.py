@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from sqlalchemy import select
 
-from api.deps import SessionDep, sweep_or_404
+from api.deps import SweepId, SessionDep, sweep_or_404
 from api.schemas.common import Message
 from ci import junit
 from ci.status import base_sweep, failing_hashes
@@ -15,7 +15,7 @@ router = APIRouter(tags=["ci"])
 
 @router.get("/sweeps/{sweep_id}/junit.xml", response_class=Response,
             responses={200: {"content": {"application/xml": {}}}, 404: {"model": Message}})
-def read_sweep_junit(sweep_id: int, session: SessionDep) -> Response:
+def read_sweep_junit(sweep_id: SweepId, session: SessionDep) -> Response:
     """One test case per config; failures and errors carry their metrics, gates and reproducer.
     In a pull request's report, failures already known on the base branch say so."""
     sweep = sweep_or_404(session, sweep_id)

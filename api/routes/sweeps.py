@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 
 from api.convert import config_run_public, sweep_public
-from api.deps import CeleryDep, SessionDep, sweep_or_404, SettingsDep, TelemetryDep, WriteAccess
+from api.deps import SweepId, Offset, CeleryDep, SessionDep, sweep_or_404, SettingsDep, TelemetryDep, WriteAccess
 from api.schemas.common import Message, Problems
 from api.schemas.sweeps import (
     ConfigRunsPublic,
@@ -35,29 +35,43 @@ def _public(session: SessionDep, sweep: Sweep) -> SweepPublic:
     return sweep_public(sweep, queries.sweeps_counts(session, [sweep.id])[sweep.id])
 
 
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", description="a key of the client's choosing (a UUID): a retried request with the same key "
+                                         "gets the first one's sweep (200) instead of a new sweep")]
+
+
 def _accepted(telemetry: TelemetryDep, response: Response, accepted: SweepAccepted) -> SweepAccepted:
-    telemetry.sweeps_submitted.inc()
-    telemetry.configs_enqueued.inc(accepted.configs_total)
     response.headers["Location"] = f"/sweeps/{accepted.id}"
+    if accepted.replayed:
+        response.status_code = status.HTTP_200_OK
+        return accepted
+    telemetry.sweeps_submitted.inc()
+    if accepted.published:
+        telemetry.configs_enqueued.inc(accepted.configs_total)
     return accepted
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=SweepAccepted,
-             responses={**WRITE_ERRORS, 503: {"model": Message}})
+             responses={200: {"model": SweepAccepted}, **WRITE_ERRORS, 503: {"model": Message}})
 def create_sweep(body: SweepCreate, session: SessionDep, celery: CeleryDep, settings: SettingsDep,
-                 telemetry: TelemetryDep, _writer: WriteAccess, response: Response) -> SweepAccepted:
+                 telemetry: TelemetryDep, _writer: WriteAccess, response: Response,
+                 idempotency_key: IdempotencyKey = None) -> SweepAccepted:
     """Sample and prefilter now, store the sweep, and queue its configs for the workers.
+
+    The sweep is committed before anything is published; if the broker does not take the
+    configs now (`published: false`), the reconciler publishes them once it can. With an
+    `Idempotency-Key`, a retried request answers 200 with the sweep the first one made.
 
     With `configs`, those configs are run as given (a regression set) instead of sampling.
     The split-KV budget is the request's `splitkv_extra_bytes_limit`, else the smallest
     device memory the target queue's live workers reported, else 1.5 GiB.
     """
-    return _accepted(telemetry, response, submit_sweep(session, celery, settings, body))
+    return _accepted(telemetry, response, submit_sweep(session, celery, settings, body, idempotency_key=idempotency_key))
 
 
 @router.get("", response_model=SweepsPublic)
 def read_sweeps(session: SessionDep, status_: Annotated[SweepStatus | None, Query(alias="status")] = None,
-                label: str | None = None, offset: Annotated[int, Query(ge=0)] = 0,
+                label: str | None = None, offset: Offset = 0,
                 limit: Annotated[int, Query(ge=1, le=500)] = 50) -> SweepsPublic:
     """Sweeps, newest first."""
     rows, count = queries.list_sweeps(session, status=status_, label=label, offset=offset, limit=limit)
@@ -66,16 +80,16 @@ def read_sweeps(session: SessionDep, status_: Annotated[SweepStatus | None, Quer
 
 
 @router.get("/{sweep_id}", response_model=SweepPublic, responses=NOT_FOUND)
-def read_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
+def read_sweep(sweep_id: SweepId, session: SessionDep) -> SweepPublic:
     """A sweep with SPEC §8's counts: configs_total, configs_done, outcomes, filtered, ..."""
     return _public(session, sweep_or_404(session, sweep_id))
 
 
 @router.get("/{sweep_id}/results", response_model=ConfigRunsPublic, responses=NOT_FOUND)
-def read_sweep_results(sweep_id: int, session: SessionDep,
+def read_sweep_results(sweep_id: SweepId, session: SessionDep,
                        outcome: Annotated[Literal[OUTCOMES] | None, Query()] = None,  # type: ignore[valid-type]
                        state: Literal["queued", "done", "cancelled"] | None = None,
-                       offset: Annotated[int, Query(ge=0)] = 0,
+                       offset: Offset = 0,
                        limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> ConfigRunsPublic:
     """Every config of the sweep in sampled order, with its result once run."""
     sweep_or_404(session, sweep_id)
@@ -90,7 +104,7 @@ def read_sweep_results(sweep_id: int, session: SessionDep,
 
 
 @router.post("/{sweep_id}/cancel", response_model=SweepPublic, responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS})
-def cancel_sweep(sweep_id: int, session: SessionDep, _writer: WriteAccess) -> SweepPublic:
+def cancel_sweep(sweep_id: SweepId, session: SessionDep, _writer: WriteAccess) -> SweepPublic:
     """Stop a queued or running sweep: its configs not yet started are skipped by the workers."""
     sweep = sweep_or_404(session, sweep_id)
     if sweep.status not in repo.ACTIVE_STATUSES:
@@ -102,9 +116,10 @@ def cancel_sweep(sweep_id: int, session: SessionDep, _writer: WriteAccess) -> Sw
 
 
 @router.post("/{sweep_id}/rerun", status_code=status.HTTP_202_ACCEPTED, response_model=SweepAccepted,
-             responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS, 503: {"model": Message}})
-def rerun_sweep(sweep_id: int, session: SessionDep, celery: CeleryDep, settings: SettingsDep, telemetry: TelemetryDep,
-                _writer: WriteAccess, response: Response, body: SweepRerun | None = None) -> SweepAccepted:
+             responses={200: {"model": SweepAccepted}, **NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS, 503: {"model": Message}})
+def rerun_sweep(sweep_id: SweepId, session: SessionDep, celery: CeleryDep, settings: SettingsDep, telemetry: TelemetryDep,
+                _writer: WriteAccess, response: Response, body: SweepRerun | None = None,
+                idempotency_key: IdempotencyKey = None) -> SweepAccepted:
     """A new sweep of the same configs (or of its failures only), same backend, gates and defects."""
     body = body or SweepRerun()
     original = sweep_or_404(session, sweep_id)
@@ -118,5 +133,6 @@ def rerun_sweep(sweep_id: int, session: SessionDep, celery: CeleryDep, settings:
     create = SweepCreate.model_validate({**request, "defects": original.request.get("defects", [])})
     configs = [parse_config(c) for c in stored]
     accepted = submit_sweep(session, celery, settings, create, configs=configs, rerun_of=sweep_id,
-                            extra_request={"rerun_of": sweep_id, "failures_only": body.failures_only})
+                            extra_request={"rerun_of": sweep_id, "failures_only": body.failures_only},
+                            idempotency_key=idempotency_key)
     return _accepted(telemetry, response, accepted)

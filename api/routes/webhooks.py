@@ -6,6 +6,7 @@ checked over the raw body before anything is parsed, and a delivery that fails i
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Annotated, Any
 
@@ -17,8 +18,9 @@ from api.deps import CeleryDep, SessionDep, SettingsDep
 from api.errors import ProblemError
 from api.schemas.ci import CiWebhookReply
 from api.schemas.common import Message, Problems
+from attnconfig.config import text_problem
 from ci.events import CiEvent, EventError, Ignored, parse_event
-from ci.launch import BrokerRefused, start_ci_sweep
+from ci.launch import start_ci_sweep
 from ci.signature import HEADER, signature_problem
 from core.settings import Settings
 from kernelsrc.git import KernelRepoError
@@ -38,9 +40,9 @@ def _payload(body: bytes) -> Any:
         raise ProblemError([("body", f"not valid JSON: {exc}")]) from None
 
 
-def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, delivery: str) -> CiWebhookReply:
+def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, delivery: str, body_sha256: str) -> CiWebhookReply:
     try:
-        started = start_ci_sweep(session, celery, settings, event, delivery)
+        started = start_ci_sweep(session, celery, settings, event, delivery, body_sha256)
     except KernelRepoError as exc:
         session.rollback()
         if exc.missing:
@@ -49,8 +51,6 @@ def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, de
     except SamplingExhausted as exc:
         session.rollback()
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"ATTNSWEEP_CI_SPEC samples too few configs: {exc}") from None
-    except BrokerRefused as exc:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
     return CiWebhookReply(
         status="replayed" if started.replayed else "started", event=event.event, sweep_id=started.sweep_id,
         commit_sha=event.commit_sha, ref=event.ref, source_hash=started.source_hash, configs_total=started.configs_total,
@@ -67,8 +67,9 @@ async def receive_ci_event(
     event_name: Annotated[str | None, Header(alias=EVENT_HEADER)] = None,
     delivery: Annotated[str | None, Header(alias=DELIVERY_HEADER)] = None,
 ) -> CiWebhookReply:
-    """A signed push or pull_request event starts a sweep of the commit's kernels (202); a replayed
-    delivery id answers with the sweep it started (200); other events are ignored (200)."""
+    """A signed push or pull_request event starts a sweep of the commit's kernels (202); a replay (a
+    delivery id, or a signed body, seen before) answers with the sweep it started (200); other
+    events are ignored (200)."""
     if not settings.webhook_secret:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the CI webhook is off: ATTNSWEEP_WEBHOOK_SECRET is unset")
     body = await request.body()
@@ -87,10 +88,11 @@ async def receive_ci_event(
     if isinstance(parsed, Ignored):
         response.status_code = status.HTTP_200_OK
         return CiWebhookReply(status="ignored", event=event_name, reason=parsed.reason)
-    if not delivery or len(delivery) > 100:
+    if not delivery or len(delivery) > 100 or text_problem(delivery) is not None:
         raise ProblemError([(DELIVERY_HEADER, f"{DELIVERY_HEADER} must be a delivery id of 1 to 100 characters "
                                               "(replays are recognised by it)")])
-    reply = await run_in_threadpool(_start, session, celery, settings, parsed, delivery)
+    # The signature covers the body: the same signed body is the same event whatever its delivery id.
+    reply = await run_in_threadpool(_start, session, celery, settings, parsed, delivery, hashlib.sha256(body).hexdigest())
     if reply.status == "replayed":
         response.status_code = status.HTTP_200_OK
     return reply

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from attnconfig.config import INT8_MAX
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import Metric
@@ -100,4 +101,4 @@ class CiStatusQuery(_Query):
 class CiCommitsQuery(_Query):
     repository: str | None = Field(default=None, description="owner/name (default: every repository)")
     limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=INT8_MAX)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from attnconfig.config import INT8_MAX
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from store.queries import BOOL_FIELDS, GROUPABLE, INT_FIELDS
@@ -42,7 +43,7 @@ FailureQuery = create_model(
     __base__=ResultFilters,
     sort=(str, Field("-finished_at", description="a column; prefix - for descending (default: newest first)")),
     limit=(int, Field(50, ge=1, le=1000)),
-    offset=(int, Field(0, ge=0)),
+    offset=(int, Field(0, ge=0, le=INT8_MAX)),
     with_count=(bool, Field(False, description="also count every matching failure (slower on large stores)")),
 )
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from api.schemas.common import Metric
 from attnconfig import AttentionConfig
-from sweeps.spec import SweepSpec, SweepSpecError
+from sweeps.spec import Label, SweepSpec, SweepSpecError
 from workers.enqueue import DEFECT_NAMES
 
 Defect = Literal[DEFECT_NAMES]  # type: ignore[valid-type]
@@ -59,7 +59,8 @@ class SweepCreate(SweepSpec):
 
 
 class SweepAccepted(BaseModel):
-    """202: the sweep is stored and its configs are on the queue."""
+    """202: the sweep and its configs are committed; they are on the queue (`published`), or the
+    broker did not take them now and the reconciler publishes them once it can."""
 
     id: int
     status: SweepStatus
@@ -71,11 +72,13 @@ class SweepAccepted(BaseModel):
     filtered: dict[str, int]
     splitkv_budget: int
     budget_source: Literal["request", "device", "fallback"]
+    published: bool = Field(description="every config is on the broker's queue; false: the reconciler publishes them")
+    replayed: bool = Field(default=False, description="an earlier request with this Idempotency-Key made this sweep")
 
 
 class SweepRerun(BaseModel):
     failures_only: bool = Field(default=False, description="re-run only the configs that failed (fail, nan, fault, unsafe, error, timeout, oom)")
-    label: str | None = Field(default=None, description="label of the new sweep (default: the original's)")
+    label: Label | None = Field(default=None, description="label of the new sweep (default: the original's)")
 
 
 class SweepPublic(BaseModel):

@@ -141,3 +141,61 @@ def worker(service: Service, tmp_path: Path) -> Iterator[Worker]:
         yield w
     finally:
         stop_worker(w)
+
+
+@dataclass
+class PrivateRedis:
+    """A redis-server of the test's own on a free loopback port (AOF on, as in docker-compose),
+    which the test may freeze (SIGSTOP), thaw, kill and restart without touching the shared one."""
+
+    port: int
+    dir: Path
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--appendonly", "yes",
+             "--save", "", "--protected-mode", "yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
+
+        def up() -> bool:
+            try:
+                return bool(redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1).ping())
+            except redis.RedisError:
+                return False
+
+        wait_for(up, 20, f"redis-server on port {self.port}")
+
+    def freeze(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    r = PrivateRedis(free_port(), tmp_path)
+    r.start()
+    try:
+        yield r
+    finally:
+        r.kill()

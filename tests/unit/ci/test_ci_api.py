@@ -66,16 +66,47 @@ def test_unknown_commits_bad_shas_and_missing_sweeps(sqlite_url, repo):
         assert c.get("/ci/commits").json() == []
 
 
-def test_a_broker_refusal_marks_the_sweep_failed_and_lets_a_redelivery_start_over(sqlite_url, repo):
+def test_a_broker_refusal_keeps_the_sweep_for_the_reconciler_and_a_redelivery_is_a_replay(sqlite_url, repo):
+    """The broker does not answer: the sweep is committed and accepted anyway (its configs wait
+    in the outbox), a redelivery answers `replayed` with it, and the reconciler publishes it once
+    a broker answers."""
+    from store.db import session_factory
+    from workers.outbox import Reconciler
+
     settings = _settings(sqlite_url, repo, broker_url="redis://127.0.0.1:1/0")
     sha = repo.commit("k")
     delivery = str(uuid.uuid4())
     with make_client(settings) as c:
         first = deliver(c, SECRET, "push", push_payload("o/r", "main", sha), delivery=delivery)
-        assert first.status_code == 503 and "broker refused" in first.json()["detail"]
+        assert first.status_code == 202 and first.json()["tasks"] == 0, first.text
         status = c.get(f"/ci/{sha}").json()
-        assert (status["state"], status["verdict"]) == ("failed", "error") and "enqueueing failed" in status["error"]
+        assert (status["state"], status["verdict"]) == ("queued", "pending")
         second = deliver(c, SECRET, "push", push_payload("o/r", "main", sha), delivery=delivery)
-        assert second.status_code == 503  # not "replayed": the first attempt started nothing that runs
+        assert second.status_code == 200 and second.json()["status"] == "replayed"
+        assert second.json()["sweep_id"] == first.json()["sweep_id"]
     with session_scope(sqlite_url) as s:
-        assert s.query(Sweep).count() == 2 and s.query(CiDelivery).count() == 0
+        assert s.query(Sweep).count() == 1 and s.query(CiDelivery).count() == 1
+    working = settings.model_copy(update={"broker_url": "memory://"})
+    assert _priorities(working) == []
+    done = Reconciler(working, create_celery(working)).run_once(session_factory(sqlite_url))
+    assert done["published_tasks"] >= 1
+    assert set(_priorities(working)) == {CI_PRIORITY}
+    # Published once: a second pass finds nothing left to publish.
+    assert Reconciler(working, create_celery(working)).run_once(session_factory(sqlite_url))["published_tasks"] == 0
+
+
+def test_the_same_signed_body_under_a_new_delivery_id_is_a_replay(sqlite_url, repo):
+    settings = _settings(sqlite_url, repo)
+    sha = repo.commit("k")
+    payload = push_payload("o/r", "main", sha)
+    with make_client(settings) as c:
+        first = deliver(c, SECRET, "push", payload, delivery=str(uuid.uuid4()))
+        again = deliver(c, SECRET, "push", payload, delivery=str(uuid.uuid4()))
+        assert first.status_code == 202 and again.status_code == 200, again.text
+        assert again.json()["status"] == "replayed" and again.json()["sweep_id"] == first.json()["sweep_id"]
+        # Another event (another body) of the same commit is a new sweep.
+        other = deliver(c, SECRET, "push", {**payload, "head_commit": {"id": sha, "message": "again"}},
+                        delivery=str(uuid.uuid4()))
+        assert other.status_code == 202 and other.json()["sweep_id"] != first.json()["sweep_id"]
+    with session_scope(sqlite_url) as s:
+        assert s.query(Sweep).count() == 2

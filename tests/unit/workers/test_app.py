@@ -18,9 +18,24 @@ def test_long_task_settings_follow_celerys_guide():
     assert conf.worker_prefetch_multiplier == 1
     assert conf.task_serializer == "json" and conf.accept_content == ["json"]
     # Celery's hard limit only backs the per-config watchdog: a full batch of configs that each
-    # ran to limit + grace still fits, and Redis waits longer still before redelivering.
+    # ran to limit + grace still fits.
     assert conf.task_time_limit >= 8 * (120 + 30)
-    assert conf.broker_transport_options["visibility_timeout"] > conf.task_time_limit
+    # Redis's visibility timeout is a lease that live workers renew (workers.lease), so it is
+    # short (a dead worker's tasks run again within minutes) and renewed well before it expires;
+    # expired leases are put back every 10 s, not kombu's default 100 s.
+    options = conf.broker_transport_options
+    assert options["visibility_timeout"] == settings.visibility_timeout_s == 120
+    assert settings.lease_renew_s * 4 <= options["visibility_timeout"]
+    assert options["unacked_restore_interval"] * options["unacked_restore_throttle"] <= 10
+    # A frozen or vanished Redis hangs no client: connect and command timeouts are set.
+    assert options["socket_connect_timeout"] > 0 and options["socket_timeout"] > 1
+    assert conf.task_publish_retry_policy["max_retries"] <= 1
+
+
+def test_the_lease_is_settable():
+    settings = Settings(visibility_timeout_s=600)
+    assert create_celery(settings).conf.broker_transport_options["visibility_timeout"] == 600
+    assert settings.lease_renew_s == 75
 
 
 def test_backends_route_to_their_queue():

@@ -1,0 +1,1 @@
+"""`make drills`: see drills/__main__.py."""
