@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 7's measurements in two device calls (the device tool's `run`, carry [".whl"]), the second
-# made while the first call's machine is still warm so the kernel cache carries over:
+# The kernel measurements in two runs on the GPU machine (carrying the wheels in .whl), the second
+# made while the first one's machine is still warm so the kernel cache carries over:
 #
 #     bash bench/gpu_call.sh measure    # kernels f16/bf16, prefill; files go to $OUT
 #     bash bench/gpu_call.sh check      # pytest -m gpu, the sweeps
@@ -9,7 +9,7 @@
 #     bash bench/gpu_call.sh qsmem      # prefill with Q's fragments in shared memory (ptxas: no spill)
 #
 # `defaults` is the one call that checks what is committed, with no switch set (570 s in limits;
-# eight files, as many as the device tool returns):
+# eight files, as many as a run on the GPU machine returns):
 #   kernels-f16.{txt,json}, kernels-bf16.{txt,json}   as in `measure`
 #   env-and-pytest.txt        the device, `pytest -m gpu tests/gpu`
 #   sweep.log, sweep.json     bench/sweep.py, 2,000 configs, warm and then cold compile cache
@@ -19,7 +19,7 @@
 # and without ATTNSWEEP_MMA_EXP2: in shared memory the D = 128 kernel with 128-key tiles uses 242
 # registers and no spill, 255 and 72 spilled bytes with EXP2 in registers (ptxas -v, sm_90).
 #
-# `switches` is for a session with little device time: it decides the defaults of
+# `switches` is for little GPU time: it decides the defaults of
 # ATTNSWEEP_MMA_PREFILL_TILE_N and ATTNSWEEP_MMA_EXP2 (and ATTN_MMA_LAZY_RESCALE) in one call of 415 s:
 #   prefill.txt               tune_mma as in `measure`, less LAZY_RESCALE alone, D = 256 and Nsight Compute
 #   kernels-f16-switches.txt  bench/kernels.py --no-fixed with TILE_N=128 and EXP2=1 (decode and prefill)

@@ -1,4 +1,4 @@
-"""GPU evidence for the kernels (issue 4), one script, steps run in the order given:
+"""GPU evidence for the kernels, one script, steps run in the order given:
 
   sweep      a sweep of --sweep configs at the default distribution: outcome counts,
              not-applicable reasons, configs/s (target: zero fail, nan, error);
@@ -55,7 +55,7 @@ def attnsweep_run(out: Path, name: str, *args: str) -> dict:
     rep = json.loads(report.read_text())
     rep["elapsed_s"] = time.perf_counter() - t0
     export_metrics(db, out / f"metrics-{name}.csv.gz")
-    # The CSV keeps what the evidence needs; the device tool returns 8 files at most, so the
+    # The CSV keeps what the evidence needs; a GPU machine's run returns 8 files at most, so the
     # database goes, with SQLite's -wal and -shm files.
     for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"), report):
         p.unlink(missing_ok=True)

@@ -43,7 +43,7 @@ from sweeps.heap import retain_freed_memory  # noqa: E402
 from sweeps.threads import cap_blas_threads  # noqa: E402  (before numpy is imported)
 
 cap_blas_threads()
-# As the workers keep freed memory: with 1024 (the default before the tenth session) np.zeros of
+# As the workers keep freed memory: with 1024 (an earlier default) np.zeros of
 # the reference's partials cleared them in the heap, 10% of its time here; with 0 fresh zero pages.
 retain_freed_memory(Settings().heap_retain_mb)
 

@@ -1,4 +1,4 @@
-"""Our split-KV kernels next to torch's cuDNN and flash attention, in one process (issue 7).
+"""Our split-KV kernels next to torch's cuDNN and flash attention, in one process.
 
 For each shape, the same inputs go to our kernels (split kernel + combine, launched through the
 cuda backend's compiled module) and to torch `scaled_dot_product_attention` restricted to the

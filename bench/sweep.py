@@ -1,4 +1,4 @@
-"""Sweep throughput (issue 7): validated configs per second through the real embedded path.
+"""Sweep throughput: validated configs per second through the real embedded path.
 
     .venv/bin/python -m bench.sweep --backend cuda                      (the GPU host: 2,000 configs)
     .venv/bin/python -m bench.sweep --backend cpu --samples 40 --jobs 2  (a quick check anywhere)
@@ -21,7 +21,7 @@ time and the transfers, reference, verify, store (the main process's database wr
 rest of run_config. Then the cost by config size (quartiles of the reference's flops), which
 shows the fixed per-config overhead of small configs. A JSON summary goes to --out.
 
-Issue 7's target: >= 50 configs/s warm on one H200 host with 16 cores (2,000 configs).
+The target: >= 50 configs/s warm on one H200 host with 16 cores (2,000 configs).
 """
 from __future__ import annotations
 
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary["warm_over_cold"] = summary["warm"]["configs_per_s"] / cold_rate if cold_rate else None
         print(f"\nwarm / cold throughput: {summary['warm_over_cold']:.2f}x")
     met = summary["warm"]["configs_per_s"] >= 50
-    print(f"issue 7 target (>= 50 configs/s warm): {'met' if met else 'not met'} "
+    print(f"target (>= 50 configs/s warm): {'met' if met else 'not met'} "
           f"({summary['warm']['configs_per_s']:.1f} configs/s)")
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"summary written to {args.out}")
