@@ -47,4 +47,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     for module in (sweeps, failures, workers, health, metrics, webhooks, ci, dashboard):
         app.include_router(module.router)
+    _describe_openapi(app)
     return app
+
+
+def _describe_openapi(app: FastAPI) -> None:
+    from api.schemas.descriptions import describe
+
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = describe(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

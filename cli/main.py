@@ -152,7 +152,7 @@ def run(
     reference_bytes_limit: int = BYTES_LIMIT,
     range_: list[str] = RANGES,
     db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"),
-    report_json: Optional[Path] = typer.Option(None, "--report-json", help="write the sweep report (SPEC §8 keys) here"),
+    report_json: Optional[Path] = typer.Option(None, "--report-json", help="write the sweep report (docs/spec.md §8 keys) here"),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write the sweep as JUnit XML here (one testcase per config; failing outcomes are failures or errors), for CI test reports"),
     fail_on: str = typer.Option(DEFAULT_FAIL_ON, "--fail-on", help="comma-separated outcomes that make the exit status 1 when any config ends in one (oom and not_applicable count only when named)"),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="local worker processes (embedded mode; default 1, with --gpus one per entry), dealt round-robin over --gpus"),

@@ -2,7 +2,7 @@
 
 A size field (`seq_len_k`, `head_dim_qk`, ...) has hundreds of distinct values in a sampled
 sweep, too many for a heatmap axis; `<field>_bucket` groups it into [2^k, 2^(k+1) - 1], which
-matches the log-uniform draws of SPEC §6. The bucket is a CASE over thresholds rather than
+matches the log-uniform draws of docs/spec.md §6. The bucket is a CASE over thresholds rather than
 log2(), which SQLite lacks unless compiled with its math functions.
 """
 from __future__ import annotations

@@ -127,7 +127,7 @@ def failures(
     session: Session, flt: ResultFilter, *, sort: str = "-finished_at", offset: int = 0, limit: int = 50,
     with_count: bool = False,
 ) -> Page:
-    """Failing results (SPEC §7 fail, nan, error, timeout, oom) across sweeps, filtered and sorted."""
+    """Failing results (docs/spec.md §7 fail, nan, error, timeout, oom) across sweeps, filtered and sorted."""
     base = flt.apply(_labelled(and_(ConfigRun.state == "done", is_failure())))
     return _page(session, base, sort, offset, limit, with_count)
 
@@ -209,7 +209,7 @@ def list_sweeps(
 
 
 def sweeps_counts(session: Session, sweep_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """SPEC §8 counts of several sweeps in three grouped queries (store.repo.sweep_counts for one)."""
+    """docs/spec.md §8 counts of several sweeps in three grouped queries (store.repo.sweep_counts for one)."""
     ids = list(sweep_ids)
     out = {
         i: {"configs_total": 0, "configs_done": 0, "outcomes": dict.fromkeys(OUTCOMES, 0),

@@ -119,7 +119,7 @@ def _verdict(run: ConfigRunPublic) -> Verdict | None:
 
 
 def gate_check(run: ConfigRunPublic) -> GateCheck:
-    """The metric that decided a stored failure against its bound (SPEC §5, sweeps.policy)."""
+    """The metric that decided a stored failure against its bound (docs/spec.md §5, sweeps.policy)."""
     verdict = _verdict(run)
     if verdict is None:
         return GateCheck(gate=run.failed_gate, metric=None, value=None, bound=None,
