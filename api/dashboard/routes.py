@@ -50,7 +50,7 @@ pages = APIRouter(prefix="/dashboard", include_in_schema=False, default_response
 
 @pages.get("")
 def read_sweeps_page(request: Request) -> HTMLResponse:
-    return templates.TemplateResponse(request, "sweeps.html", {"page": "sweeps", "outcomes": OUTCOMES})
+    return templates.TemplateResponse(request, "sweeps.html", {"page": "sweeps", "outcomes": OUTCOMES, "failing": FAILING_OUTCOMES})
 
 
 @pages.get("/sweeps/{sweep_id}")
