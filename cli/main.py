@@ -35,8 +35,17 @@ def _database_url(db: Optional[str]) -> str:
         url = db
     else:
         url = f"sqlite:///{db}"
-    _check_sqlite_folder(url, "--db" if db is not None else "ATTNSWEEP_DATABASE_URL")
+    _check_sqlite_folder(url, _db_source(db))
     return url
+
+
+def _db_source(db: Optional[str]) -> str:
+    """Which setting named the database, for error messages."""
+    import os
+
+    if db is not None:
+        return "--db"
+    return "ATTNSWEEP_DATABASE_URL" if os.environ.get("ATTNSWEEP_DATABASE_URL") else "the default database (--db to name one)"
 
 
 def _check_sqlite_folder(url: str, source: str) -> None:
@@ -184,7 +193,7 @@ def run(
         if path is not None and not path.resolve().parent.is_dir():
             fail(f"{option}: the folder {str(path.parent)!r} does not exist")
     url = _database_url(db)
-    _migrate(url)  # before the backend starts: a wrong --db is found in a second, not after a compile
+    _migrate(url, _db_source(db))  # before the backend starts: a wrong --db is found in a second, not after a compile
     defects = frozenset(defect)
     if (jobs or 0) > 1 or gpus is not None:
         from workers.embedded import start_pool_server
@@ -376,7 +385,7 @@ def failures(
     from store.models import Sweep
 
     url = _database_url(db)
-    source = "--db" if db is not None else "ATTNSWEEP_DATABASE_URL"
+    source = _db_source(db)
     if url.startswith("sqlite") and not Path(url.split(":///", 1)[-1]).exists():
         fail(f"{source}: no SQLite store at {url.split(':///', 1)[-1]!r} (a sweep creates it: attnsweep run --db PATH)")
     _migrate(url, source)
@@ -435,7 +444,7 @@ def _print_failures(rows: list, has_more: bool) -> None:
 def db_upgrade(db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)")) -> None:
     """Migrate the database to the newest schema revision."""
     url = _database_url(db)
-    _migrate(url)
+    _migrate(url, _db_source(db))
     console.print("database is at the newest revision", highlight=False)
 
 
