@@ -133,8 +133,19 @@ def _spec(**fields: Any):
     try:
         return build_spec(**fields)
     except ConfigError as exc:
-        fail(str(exc))
+        # The request model names its fields as the REST body does (ranges.g); say the option.
+        fail("; ".join(f"--range {f.removeprefix('ranges.')}: {r}" if f.startswith("ranges.")
+                       else f"{_option(f)}: {r}" for f, r in exc.problems))
 
+
+def _option(field: str) -> str:
+    name = field.split(".", 1)[0]  # dtypes.0: the first entry of --dtypes
+    return "--" + name.replace("_", "-") if name in _OPTION_FIELDS else field
+
+
+# Sweep request fields that are CLI options of the same name (docs/spec.md §8).
+_OPTION_FIELDS = ("samples", "seed", "dtypes", "backend", "label", "max_tokens", "splitkv_extra_bytes_limit",
+                  "reference_flops_limit", "reference_bytes_limit")
 
 SAMPLES = typer.Option(50, "--samples", help="configs to run (accepted by every prefilter)")
 SEED = typer.Option(None, "--seed", help="sweep seed (default: the ISO week number)")

@@ -92,7 +92,7 @@ def test_version():
     (["verify", "--config", "@missing.json"], "error: --config @missing.json: cannot read the file: No such file or directory"),
     (["run", "--backend", "cpu", "--db", "/nonexistent-34/x.db"],
      "error: --db: the folder '/nonexistent-34' of the SQLite file does not exist (create it first)"),
-    (["run", "--backend", "cpu", "--range", "g=9:1"], "error: ranges.g: g=9:1: lo must be <= hi"),
+    (["run", "--backend", "cpu", "--range", "g=9:1"], "error: --range g: g=9:1: lo must be <= hi"),
     (["run", "--backend", "cpu", "--range", "g=abc"], "error: range: --range 'g=abc': expected NAME=LO:HI with integers"),
     (["run", "--backend", "cpu", "--fail-on", "fail,bogus"], "error: --fail-on 'fail,bogus': unknown outcome 'bogus'"),
     (["run", "--backend", "cpu", "--junit-xml", "/nonexistent-34/j.xml"], "error: --junit-xml: the folder '/nonexistent-34' does not exist"),
