@@ -9,6 +9,7 @@ from fastapi import Depends, FastAPI
 from api.deps import check_text_params
 from api.errors import BodyLimit, SafeJSONResponse, install_error_handlers
 from api import dashboard
+from api.docs import install_docs
 from api.routes import ci, failures, health, metrics, sweeps, webhooks, workers
 from api.telemetry import Telemetry
 from core.settings import Settings, get_settings
@@ -35,7 +36,7 @@ def _version() -> str:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(title="attnsweep", version=_version(), description=DESCRIPTION, default_response_class=SafeJSONResponse,
-                  dependencies=[Depends(check_text_params)])
+                  dependencies=[Depends(check_text_params)], docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.sessions = session_factory(settings.database_url)
     app.state.celery = create_celery(settings)
@@ -47,4 +48,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     for module in (sweeps, failures, workers, health, metrics, webhooks, ci, dashboard):
         app.include_router(module.router)
+    _describe_openapi(app)
+    install_docs(app)
     return app
+
+
+def _describe_openapi(app: FastAPI) -> None:
+    from api.schemas.descriptions import describe
+
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = describe(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -12,10 +12,14 @@ import time
 from typing import Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from store import queries, repo
+
+# Seconds a config takes end to end (compile, inputs, run, reference, verify: config_runs.total_s).
+# Cached compiles and small configs take milliseconds; a cold compile or a large reference, minutes.
+RUN_TIME_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 # An active sweep that has neither stored a result nor published a config for this long, or
 # whose configs have waited this long to be published, is stuck: nothing is in flight for it.
@@ -49,7 +53,15 @@ class StoreCollector(Collector):
                 per_queue[w.queue] = per_queue.get(w.queue, 0) + 1
             for queue, n in sorted(per_queue.items()):
                 workers.add_metric([queue], n)
-        yield from (sweeps, queued, unpublished, stuck, workers)
+            configs = GaugeMetricFamily("attnsweep_configs", "Finished configs in the store by outcome, backend and dtype",
+                                        labels=["outcome", "backend", "dtype"])
+            for (outcome, backend, dtype), n in sorted(queries.outcome_backend_dtype_counts(session).items()):
+                configs.add_metric([outcome, backend, dtype], n)
+            run_time = HistogramMetricFamily("attnsweep_config_run_seconds", "Seconds per finished config, end to end "
+                                             "(compile, inputs, kernel, reference, verify), by backend", labels=["backend"])
+            for backend, (buckets, total) in sorted(queries.run_time_histogram(session, RUN_TIME_BUCKETS).items()):
+                run_time.add_metric([backend], [(f"{b:g}" if b != float("inf") else "+Inf", n) for b, n in buckets], total)
+        yield from (sweeps, queued, unpublished, stuck, workers, configs, run_time)
         yield from self._broker()
 
     def _broker(self) -> Iterator[GaugeMetricFamily]:

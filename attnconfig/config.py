@@ -1,4 +1,4 @@
-"""The attention config: every field of SPEC §1, its validation and its content hash.
+"""The attention config: every field of docs/spec.md §1, its validation and its content hash.
 
 This module is the project's shared vocabulary and imports nothing of the project, so that
 `reference/` and `kernels/` can read a config without reaching up into the sweep logic.
@@ -97,7 +97,7 @@ class AttentionConfig(BaseModel):
         return self.num_heads_q // self.num_heads_kv
 
     def last_valid_key(self, b: int) -> int:
-        """L_b of SPEC §3: the inclusive index of the last key batch entry b may see."""
+        """L_b of docs/spec.md §3: the inclusive index of the last key batch entry b may see."""
         if self.current_seq_len is not None:
             return self.current_seq_len[b]
         return self.seq_len_k - 1

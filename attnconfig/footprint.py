@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from attnconfig.config import AttentionConfig
 
-PARTIAL_BYTES = 4  # partial O_s and LSE_s are f32 on every backend (SPEC §3)
+PARTIAL_BYTES = 4  # partial O_s and LSE_s are f32 on every backend (docs/spec.md §3)
 
 
 def splitkv_extra_bytes(c: AttentionConfig) -> int:

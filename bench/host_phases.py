@@ -58,7 +58,7 @@ from sweeps.sampler import sample  # noqa: E402
 from sweeps.spec import SweepSpec  # noqa: E402
 
 HEAD_NAME = "reference_head"
-GPU_HOST_BUDGET = 8 << 30  # SPEC §6: device memory // 8, clamped to 8 GiB on an H200
+GPU_HOST_BUDGET = 8 << 30  # docs/spec.md §6: device memory // 8, clamped to 8 GiB on an H200
 PHASES = ("inputs", "reference", "verify")
 
 

@@ -10,7 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-import matplotlib
+try:
+    import matplotlib
+except ModuleNotFoundError:  # an optional extra: the service and the CLI never draw
+    sys.exit("bench/plot_kernels.py needs matplotlib: pip install 'attnsweep[plot]'")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

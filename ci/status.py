@@ -89,3 +89,13 @@ def ci_sweeps(session: Session, repository: str | None, limit: int, offset: int)
     if repository is not None:
         q = q.where(Sweep.repository == repository)
     return list(session.scalars(q.order_by(Sweep.id.desc()).offset(offset).limit(limit)))
+
+
+def ci_repositories(session: Session) -> list[tuple[str, int, Sweep]]:
+    """(repository, CI sweeps, newest CI sweep) of every repository that sent an event, by name."""
+    from sqlalchemy import func
+
+    rows = session.execute(select(Sweep.repository, func.count(), func.max(Sweep.id))
+                           .where(Sweep.event.is_not(None), Sweep.repository.is_not(None))
+                           .group_by(Sweep.repository).order_by(Sweep.repository)).all()
+    return [(repo_name, n, session.get(Sweep, newest)) for repo_name, n, newest in rows]

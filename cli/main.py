@@ -30,10 +30,101 @@ def _database_url(db: Optional[str]) -> str:
     from core.settings import get_settings
 
     if db is None:
-        return get_settings().database_url
-    if "://" in db:
-        return db
-    return f"sqlite:///{db}"
+        url = get_settings().database_url
+    elif "://" in db:
+        url = db
+    else:
+        url = f"sqlite:///{db}"
+    _check_sqlite_folder(url, _db_source(db))
+    return url
+
+
+def _db_source(db: Optional[str]) -> str:
+    """Which setting named the database, for error messages."""
+    import os
+
+    if db is not None:
+        return "--db"
+    return "ATTNSWEEP_DATABASE_URL" if os.environ.get("ATTNSWEEP_DATABASE_URL") else "the default database (--db to name one)"
+
+
+def _check_sqlite_folder(url: str, source: str) -> None:
+    # SQLite creates the file but not its folder; its own message ("unable to open database
+    # file") names neither, so say which folder is missing before anything is started.
+    if not url.startswith("sqlite") or ":memory:" in url:
+        return
+    path = url.split(":///", 1)[-1].split("?", 1)[0]
+    if path and not Path(path).resolve().parent.is_dir():
+        fail(f"{source}: the folder {str(Path(path).parent)!r} of the SQLite file does not exist (create it first)")
+
+
+def _migrate(url: str, source: str = "--db") -> None:
+    """Bring the store to the newest schema; a database that cannot be opened is one line, exit 2."""
+    from sqlalchemy.exc import DBAPIError
+
+    from store.migrate import upgrade
+
+    try:
+        upgrade(url)
+    except DBAPIError as exc:
+        fail(f"{source}: cannot open the database {_redacted(url)}: {_first_line(exc.orig or exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if "FATAL:" in text:  # libpq's reason (no such database, bad password) without the connection preamble
+        return text.split("FATAL:", 1)[1].strip().splitlines()[0]
+    return text.splitlines()[-1].strip() if text.startswith("(") else (text.splitlines() or [type(exc).__name__])[0]
+
+
+def _redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given
+        return url
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("attnsweep")
+        except metadata.PackageNotFoundError:
+            version = "0+unknown"
+        print(f"attnsweep {version}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="print the installed version and exit"),
+) -> None:
+    """Sweep split-KV attention kernels against a host reference."""
+
+
+def _defects_help() -> str:
+    from kernels.backend import DEFECTS
+
+    return ("compile a known bug into the kernels, to show that sweeps catch it (repeatable); one of: "
+            + "; ".join(f"{name} ({what})" for name, what in DEFECTS.items()))
+
+
+DEFAULT_FAIL_ON = "fail,nan,fault,unsafe,error,timeout"
+
+
+def _fail_on(text: str) -> frozenset[str]:
+    from attnconfig.outcomes import OUTCOMES
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in OUTCOMES]
+    if bad or not names:
+        fail(f"--fail-on {text!r}: {'unknown outcome ' + repr(bad[0]) if bad else 'name at least one outcome'}; "
+             f"outcomes are {', '.join(OUTCOMES)}")
+    return frozenset(names)
 
 
 def _spec(**fields: Any):
@@ -42,18 +133,29 @@ def _spec(**fields: Any):
     try:
         return build_spec(**fields)
     except ConfigError as exc:
-        fail(str(exc))
+        # The request model names its fields as the REST body does (ranges.g); say the option.
+        fail("; ".join(f"--range {f.removeprefix('ranges.')}: {r}" if f.startswith("ranges.")
+                       else f"{_option(f)}: {r}" for f, r in exc.problems))
 
+
+def _option(field: str) -> str:
+    name = field.split(".", 1)[0]  # dtypes.0: the first entry of --dtypes
+    return "--" + name.replace("_", "-") if name in _OPTION_FIELDS else field
+
+
+# Sweep request fields that are CLI options of the same name (docs/spec.md §8).
+_OPTION_FIELDS = ("samples", "seed", "dtypes", "backend", "label", "max_tokens", "splitkv_extra_bytes_limit",
+                  "reference_flops_limit", "reference_bytes_limit")
 
 SAMPLES = typer.Option(50, "--samples", help="configs to run (accepted by every prefilter)")
 SEED = typer.Option(None, "--seed", help="sweep seed (default: the ISO week number)")
 DTYPES = typer.Option("f16,bf16,f32,i8", "--dtypes", help="comma-separated dtypes to sample")
 BACKEND = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip (auto: a usable GPU, else the cpu emulation)")
-LABEL = typer.Option(None, "--label")
-MAX_TOKENS = typer.Option(16384, "--max-tokens")
+LABEL = typer.Option(None, "--label", help="a free-text name stored with the sweep (filters and the dashboard show it)")
+MAX_TOKENS = typer.Option(16384, "--max-tokens", help="prefilter: a config is dropped when max(seq_len_q, seq_len_k) * g exceeds this")
 SKV_LIMIT = typer.Option(None, "--splitkv-extra-bytes-limit", help="bytes; default: device memory // 8 in [1, 8] GiB, 1.5 GiB without a GPU")
-FLOPS_LIMIT = typer.Option(2e10, "--reference-flops-limit")
-BYTES_LIMIT = typer.Option(1 << 30, "--reference-bytes-limit")
+FLOPS_LIMIT = typer.Option(2e10, "--reference-flops-limit", help="prefilter: most floating-point operations the host reference may spend on a config")
+BYTES_LIMIT = typer.Option(1 << 30, "--reference-bytes-limit", help="prefilter: most bytes the host reference may hold for a config")
 RANGES = typer.Option([], "--range", help="override a sampled range, e.g. g=1:64 (repeatable)")
 
 
@@ -70,21 +172,25 @@ def run(
     reference_bytes_limit: int = BYTES_LIMIT,
     range_: list[str] = RANGES,
     db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"),
-    report_json: Optional[Path] = typer.Option(None, "--report-json", help="write the sweep report (SPEC §8 keys) here"),
+    report_json: Optional[Path] = typer.Option(None, "--report-json", help="write the sweep report (docs/spec.md §8 keys) here"),
+    junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write the sweep as JUnit XML here (one testcase per config; failing outcomes are failures or errors), for CI test reports"),
+    fail_on: str = typer.Option(DEFAULT_FAIL_ON, "--fail-on", help="comma-separated outcomes that make the exit status 1 when any config ends in one (oom and not_applicable count only when named)"),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="local worker processes (embedded mode; default 1, with --gpus one per entry), dealt round-robin over --gpus"),
-    defect: list[str] = typer.Option([], "--defect", help="compile a known bug into the kernels (proof that sweeps catch it)"),
+    defect: list[str] = typer.Option([], "--defect", help=_defects_help()),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="all, or GPU indices like 0,1: spread the sweep over these GPUs, each process pinned to one (repeats share a GPU)"),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help="seconds a config may run before it is stored as timeout and its process replaced (default: ATTNSWEEP_CONFIG_TIME_LIMIT_S; 0: none)"),
     sanitize: Optional[str] = typer.Option(None, "--sanitize", help="run configs under compute-sanitizer: memcheck|racecheck|synccheck|initcheck (cuda only); a finding stores the config as unsafe"),
     sanitize_share: float = typer.Option(1.0, "--sanitize-share", help="with --sanitize: the share of configs sanitized, stratified by kernel variant (every variant at least once)"),
 ) -> None:
-    """Sample, prefilter, run and verify a sweep in worker processes of this machine; store every result."""
+    """Sample, prefilter, run and verify a sweep in worker processes of this machine; store every result.
+
+    Exit status: 0 when no config ended in an outcome of --fail-on, 1 when one did, 2 on a usage
+    mistake (the line on stderr names it)."""
     from cli.report import print_summary, sweep_report
     from cli.progress import progress_bar
     from kernels import get_backend
     from kernels.backend import BackendUnavailable
     from store.db import session_scope
-    from store.migrate import upgrade
     from workers.embedded import execute_sweep
     from sweeps.plan import plan_sweep
     from sweeps.sampler import SamplingExhausted
@@ -93,6 +199,12 @@ def run(
     spec = _spec(samples=samples, seed=seed, dtypes=dtypes, backend=backend, label=label, max_tokens=max_tokens,
                  splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
                  reference_bytes_limit=reference_bytes_limit, ranges=range_)
+    failing = _fail_on(fail_on)
+    for path, option in ((report_json, "--report-json"), (junit_xml, "--junit-xml")):
+        if path is not None and not path.resolve().parent.is_dir():
+            fail(f"{option}: the folder {str(path.parent)!r} does not exist")
+    url = _database_url(db)
+    _migrate(url, _db_source(db))  # before the backend starts: a wrong --db is found in a second, not after a compile
     defects = frozenset(defect)
     if (jobs or 0) > 1 or gpus is not None:
         from workers.embedded import start_pool_server
@@ -121,8 +233,6 @@ def run(
     if jobs < len(gpu_list):
         be.close()
         fail(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpu_list)})")
-    url = _database_url(db)
-    upgrade(url)
     t0 = time.perf_counter()
     try:
         with session_scope(url) as s:
@@ -132,7 +242,7 @@ def run(
     except SamplingExhausted as exc:
         fail(str(exc))
     console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}, backend {info.backend} on {info.device}"
-                  + (f", GPUs {','.join(map(str, gpu_list))}, {jobs} processes" if gpu_list else ""), highlight=False)
+                  + (f", GPUs {','.join(map(str, gpu_list))}, {jobs} processes" if gpu_list else ""), highlight=False, soft_wrap=True)
     with session_scope(url) as s:
         from store.repo import sweep_counts
 
@@ -146,6 +256,25 @@ def run(
     print_summary(Console(), url, sweep_id, report)
     if report_json:
         report_json.write_text(json.dumps(report, indent=2) + "\n")
+    if junit_xml:
+        junit_xml.write_bytes(_junit(url, sweep_id))
+    bad = {o: n for o, n in report["outcomes"].items() if o in failing and n}
+    if bad:
+        console.print("failing outcomes (--fail-on): " + ", ".join(f"{o} {n}" for o, n in bad.items())
+                      + f"; `attnsweep failures {sweep_id}` lists them", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def _junit(url: str, sweep_id: int) -> bytes:
+    from sqlalchemy import select
+
+    from ci.junit import render
+    from store.db import session_scope
+    from store.models import ConfigRun, Sweep
+
+    with session_scope(url) as s:
+        runs = s.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id).order_by(ConfigRun.seq)).all()
+        return render(s.get(Sweep, sweep_id), runs)
 
 
 @app.command()
@@ -189,17 +318,25 @@ def sample(
 @app.command()
 def verify(
     config: str = typer.Option(..., "--config", help="config JSON, or @file; split_kv 0 picks the split count for the GPU (kernels/autosplit.py)"),
-    backend: str = typer.Option("auto", "--backend"),
+    backend: str = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip (auto: a usable GPU, else the cpu emulation)"),
     gates: Optional[str] = typer.Option(None, "--gates", help="gates JSON a reproducer carries (default: strict verifier)"),
-    defect: list[str] = typer.Option([], "--defect"),
+    defect: list[str] = typer.Option([], "--defect", help=_defects_help()),
 ) -> None:
-    """Run one config with the strict verifier defaults (or the gates a reproducer carries)."""
+    """Run one config with the strict verifier defaults (or the gates a reproducer carries).
+
+    Exit status: 0 when it passes, 1 when it does not, 2 on a usage mistake."""
     from kernels import get_backend
     from kernels.backend import BackendUnavailable
     from sweeps.policy import gates_for
     from sweeps.runner import run_config
 
-    text = Path(config[1:]).read_text() if config.startswith("@") else config
+    if config.startswith("@"):
+        try:
+            text = Path(config[1:]).read_text()
+        except OSError as exc:
+            fail(f"--config {config}: cannot read the file: {exc.strerror or exc}")
+    else:
+        text = config
     try:
         be = get_backend(backend, defects=frozenset(defect))
     except (BackendUnavailable, ValueError) as exc:
@@ -237,13 +374,88 @@ def verify(
     raise typer.Exit(0 if result.outcome == "pass" else 1)
 
 
-@db_app.command("upgrade")
-def db_upgrade(db: Optional[str] = typer.Option(None, "--db")) -> None:
-    """Migrate the database to the newest schema revision."""
-    from store.migrate import upgrade
+@app.command()
+def failures(
+    sweep: Optional[int] = typer.Argument(None, min=1, help="sweep id (default: every sweep, newest failures first)"),
+    db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"),
+    outcome: Optional[str] = typer.Option(None, "--outcome", help="only these failing outcomes, comma-separated: fail, nan, fault, unsafe, error, timeout, oom"),
+    gate: Optional[str] = typer.Option(None, "--gate", help="only failures charged to these gates, comma-separated: rms, row, lse, partials, err_ratio"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="only these dtypes, comma-separated: f16, bf16, f32, i8"),
+    label: Optional[str] = typer.Option(None, "--label", help="only sweeps with this label"),
+    limit: int = typer.Option(50, "--limit", min=1, max=1000, help="most failures to list"),
+    as_json: bool = typer.Option(False, "--json", help="print {failures: [...], has_more} as one JSON object (the API's failure rows)"),
+) -> None:
+    """List stored failures: the gate, the metric against its bound, and the command that reproduces each."""
+    from api.convert import config_run_public
+    from api.errors import ProblemError
+    from api.filters import parse_str_match
+    from api.schemas.analysis import FailureRow, gate_check
+    from attnconfig.outcomes import FAILING_OUTCOMES
+    from store import queries
+    from store.db import session_scope
+    from store.models import Sweep
 
     url = _database_url(db)
-    upgrade(url)
+    source = _db_source(db)
+    if url.startswith("sqlite") and not Path(url.split(":///", 1)[-1]).exists():
+        fail(f"{source}: no SQLite store at {url.split(':///', 1)[-1]!r} (a sweep creates it: attnsweep run --db PATH)")
+    _migrate(url, source)
+    matches = {}
+    try:
+        for option, column, text, allowed in (("--outcome", "outcome", outcome, FAILING_OUTCOMES),
+                                              ("--gate", "failed_gate", gate, None), ("--dtype", "dtype", dtype, None)):
+            if text is not None:
+                matches[column] = parse_str_match(option, column, text, allowed)
+    except ProblemError as exc:
+        fail(exc.problems[0][1])
+    if sweep is not None:
+        matches["sweep_id"] = queries.Match(values=(sweep,))
+    with session_scope(url) as s:
+        if sweep is not None and s.get(Sweep, sweep) is None:
+            fail(f"sweep {sweep}: no such sweep in {_redacted(url)}")
+        page = queries.failures(s, queries.ResultFilter(matches=matches, label=label), limit=limit)
+        rows = []
+        for run, run_label in page.rows:
+            public = config_run_public(run, run_label)
+            rows.append(FailureRow(**public.model_dump(), check=gate_check(public)))
+    if as_json:
+        print(json.dumps({"failures": [r.model_dump(mode="json") for r in rows], "has_more": page.has_more}, default=str))
+        return
+    if not rows:
+        console.print("no failures" + (f" in sweep {sweep}" if sweep is not None else ""), highlight=False)
+        return
+    _print_failures(rows, page.has_more)
+
+
+def _g(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _print_failures(rows: list, has_more: bool) -> None:
+    from rich.table import Table
+
+    from ci.junit import case_name
+
+    out = Console()
+    table = Table(title=f"{len(rows)} failures" + (" (more: raise --limit)" if has_more else ""))
+    for column in ("#", "sweep", "outcome", "gate", "metric vs bound", "config"):
+        table.add_column(column, overflow="fold")
+    for i, r in enumerate(rows, 1):
+        c = r.check
+        check = f"{c.metric}={_g(c.value)} > {_g(c.bound)}" if c.metric else (c.why or "")
+        table.add_row(str(i), str(r.sweep_id), r.outcome or "", c.gate or "", check, case_name(r))
+    out.print(table)
+    # Reproducers are long; on their own lines they stay copyable whatever the terminal's width.
+    out.print("reproducers:", highlight=False)
+    for i, r in enumerate(rows, 1):
+        out.print(f"#{i}: {r.reproducer or '(none stored)'}", highlight=False, soft_wrap=True, markup=False)
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)")) -> None:
+    """Migrate the database to the newest schema revision."""
+    url = _database_url(db)
+    _migrate(url, _db_source(db))
     console.print("database is at the newest revision", highlight=False)
 
 
@@ -255,7 +467,7 @@ def main() -> None:  # pragma: no cover - console entry point
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0 in a container)"),
-    port: int = typer.Option(8000, "--port"),
+    port: int = typer.Option(8000, "--port", help="TCP port to listen on"),
     workers: int = typer.Option(1, "--workers", min=1, help="uvicorn worker processes"),
 ) -> None:
     """Run the HTTP API (settings from ATTNSWEEP_*; the database must be migrated: `attnsweep db upgrade`)."""
@@ -281,7 +493,7 @@ def submit(
     reference_flops_limit: float = FLOPS_LIMIT,
     reference_bytes_limit: int = BYTES_LIMIT,
     range_: list[str] = RANGES,
-    defect: list[str] = typer.Option([], "--defect", help="compile a known bug into the kernels"),
+    defect: list[str] = typer.Option([], "--defect", help=_defects_help()),
     idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key", help="a retried submit with the same key returns the first one's sweep"),
 ) -> None:
     """Submit a sweep to the service's workers (settings from ATTNSWEEP_*), as POST /sweeps does.
@@ -327,7 +539,7 @@ def worker(
     gpu: Optional[int] = typer.Option(None, "--gpu", min=0, help="GPU index this worker owns (sets CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES)"),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="processes; keep 1 per GPU"),
     name: Optional[str] = typer.Option(None, "--name", help="worker name (default: QUEUE[GPU]@HOSTNAME)"),
-    loglevel: str = typer.Option("INFO", "--loglevel"),
+    loglevel: str = typer.Option("INFO", "--loglevel", help="Celery log level: DEBUG, INFO, WARNING, ERROR"),
 ) -> None:
     """Run a Celery worker for the cpu or gpu queue; it registers its device and heartbeats."""
     if queue not in ("cpu", "gpu"):

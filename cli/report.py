@@ -1,4 +1,4 @@
-"""The sweep report (SPEC §8 keys) and the closing summary tables."""
+"""The sweep report (docs/spec.md §8 keys) and the closing summary tables."""
 from __future__ import annotations
 
 from typing import Any

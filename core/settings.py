@@ -78,6 +78,13 @@ class Settings(BaseSettings):
     ci_seed: int = Field(default=1, ge=0)
     # Further sweep-request fields of every CI sweep (JSON: dtypes, ranges, max_tokens, ...).
     ci_spec: dict[str, Any] = Field(default_factory=dict)
+    # Commit statuses (ci/notify.py): with a token, the state of a CI sweep is posted to
+    # STATUS_API/repos/OWNER/NAME/statuses/SHA (GitHub's statuses API) when it starts and ends.
+    status_token: str = ""
+    status_api: str = "https://api.github.com"
+    status_context: str = "attnsweep"
+    # The dashboard's address as CI users reach it (a status's target_url); unset: no link.
+    public_url: str = ""
 
     @field_validator("database_url")
     @classmethod

@@ -1,4 +1,4 @@
-"""The exact reference: one softmax over all visible keys, in float64 (SPEC §1, §2).
+"""The exact reference: one softmax over all visible keys, in float64 (docs/spec.md §1, §2).
 
 No split-KV, no tiling, no rounding beyond float64: it defines the right answer, and the
 split-KV reference and every kernel are judged against it. A fully masked row (reachable
@@ -32,7 +32,7 @@ def dense_attention(c: AttentionConfig, inputs: Mapping[str, Any], compute: np.d
     """Softmax attention in `compute` precision, piece by piece.
 
     p_dtype rounds the normalised probabilities before P·V (the low-precision variant of
-    SPEC §4); None keeps them in `compute`. Single-threaded on purpose: BLAS threads itself,
+    docs/spec.md §4); None keeps them in `compute`. Single-threaded on purpose: BLAS threads itself,
     and Python threads over pieces oversubscribe it (measured slower on every bench shape).
     """
     compute = np.dtype(compute)

@@ -1,4 +1,4 @@
-"""Input tensors of a config (SPEC §1 "Inputs") and the storage types of every tensor.
+"""Input tensors of a config (docs/spec.md §1 "Inputs") and the storage types of every tensor.
 
 Same config, same bytes: the reference, every backend and every reproducer draw through
 this one function, so a failure seen on one machine replays bit for bit on another.

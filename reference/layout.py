@@ -1,4 +1,4 @@
-"""Logical <-> physical layout of one tensor, per its trans_* flag (SPEC §1).
+"""Logical <-> physical layout of one tensor, per its trans_* flag (docs/spec.md §1).
 
 Logical is [..., seq, dim]; a true trans_* flag stores [..., dim, seq]. Swapping the last two
 axes is its own inverse, so the pair exists for the reader: backends copy *in* with

@@ -1,4 +1,4 @@
-"""Logit scaling shared by the exact and the split-KV paths (SPEC §1)."""
+"""Logit scaling shared by the exact and the split-KV paths (docs/spec.md §1)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The "low" attention of SPEC §4: what a correct low-precision kernel computes.
+"""The "low" attention of docs/spec.md §4: what a correct low-precision kernel computes.
 
 err_ratio divides a kernel's error by this computation's error, so the tolerance follows the
 shape (long rows, large heads) instead of one fixed number (FlashAttention's test rule).

@@ -1,4 +1,4 @@
-"""Which keys a query row may see (SPEC §2).
+"""Which keys a query row may see (docs/spec.md §2).
 
 Both masks hide a suffix of the key axis, so a row's visibility is one number: the last key
 it may see. Everything downstream (the exact reference, the split boundaries, the kernel

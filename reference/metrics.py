@@ -1,4 +1,4 @@
-"""Verifier metrics (SPEC §4): how far a kernel's outputs are from the reference.
+"""Verifier metrics (docs/spec.md §4): how far a kernel's outputs are from the reference.
 
 Only measurements live here; which of them gate, and at what bound, is the tolerance
 policy's business (sweeps/). Float metrics are computed over the elements where both sides
@@ -175,7 +175,7 @@ def err_ratio(ref: np.ndarray, out: np.ndarray, low: np.ndarray) -> float:
 def partial_metrics(ref_o: np.ndarray, ref_lse: np.ndarray, valid: np.ndarray,
                     o_partials: np.ndarray | None, lse_partials: np.ndarray | None,
                     row_scale: np.ndarray | None = None) -> dict[str, float | int]:
-    """Partials vs the reference partials at the same block_n (SPEC §4, §5 gate 3).
+    """Partials vs the reference partials at the same block_n (docs/spec.md §4, §5 gate 3).
 
     row_err and lse_max_abs over valid (split, row) entries; invalid_bad counts invalid or
     empty entries that are not exactly O_s = 0 and LSE_s = -inf; nonfinite counts NaN, and
@@ -260,7 +260,7 @@ def verify_outputs(config: AttentionConfig | Mapping[str, Any], ref_result: Any,
                    lse_partials: np.ndarray | None = None, *,
                    exact: tuple[np.ndarray, np.ndarray] | None = None,
                    magnitude: RowScales | None = None) -> dict[str, float | int | None]:
-    """Every SPEC §4 metric of one run, as the flat dict the store keeps (None: not applicable).
+    """Every docs/spec.md §4 metric of one run, as the flat dict the store keeps (None: not applicable).
 
     ref_result is the split-KV reference (reference.splitkv.SplitKVResult) at the block_n the
     kernel ran. O and LSE are compared with its out_f32 / lse_f32 unless `exact` gives the

@@ -1,4 +1,4 @@
-"""The split-KV reference: the kernels' split arithmetic without their shortcuts (SPEC §3).
+"""The split-KV reference: the kernels' split arithmetic without their shortcuts (docs/spec.md §3).
 
 It reproduces every partial a correct split kernel writes at the same block_n (so partials can
 be checked, not only the final output), and combines them the reference way, over the valid

@@ -1,4 +1,4 @@
-"""Split-KV arithmetic (SPEC §3), written once and shared by the reference and the cpu backend.
+"""Split-KV arithmetic (docs/spec.md §3), written once and shared by the reference and the cpu backend.
 
 Three things live here: where each split starts and ends (per batch entry), which splits a
 query row can see (valid_splits), and the per-split online softmax over block_n key tiles
@@ -52,7 +52,7 @@ def split_block_ranges(last_key: int, block_n: int, split_kv: int, floor: bool =
 
 
 def valid_splits(c: AttentionConfig, block_n: int) -> np.ndarray:
-    """Splits holding at least one key a row may see, int64 [g, Hq, Sq] (SPEC §3).
+    """Splits holding at least one key a row may see, int64 [g, Hq, Sq] (docs/spec.md §3).
 
     Split s is valid for a row iff s < valid_splits[row]; one count per batch entry for
     non-causal configs, one per (batch, head, row) under causal and prefix-causal masks.
@@ -314,7 +314,7 @@ def _accumulate(acc: np.ndarray, pv: np.ndarray, alpha: np.ndarray, first_tile: 
 
 
 class MaskedWeights:
-    """exp(LSE_s - M) over the valid splits of each row: the reference combine's weights (SPEC §3).
+    """exp(LSE_s - M) over the valid splits of each row: the reference combine's weights (docs/spec.md §3).
 
     lse [S, ...]; valid (broadcastable to lse's row shape) counts the valid splits of a row.
     """
@@ -374,13 +374,13 @@ class MaskedWeights:
 
 
 def combine_masked(o_partials: np.ndarray, lse_partials: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The reference combine (SPEC §3): valid splits only, f32. Returns (out, lse) in f32."""
+    """The reference combine (docs/spec.md §3): valid splits only, f32. Returns (out, lse) in f32."""
     weights = MaskedWeights(lse_partials, valid)
     return weights.combine(o_partials), weights.lse
 
 
 def combine_unmasked(o_partials: np.ndarray, lse_partials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A kernel's combine (SPEC §3): every split weighted by exp(LSE_s - M), no validity mask.
+    """A kernel's combine (docs/spec.md §3): every split weighted by exp(LSE_s - M), no validity mask.
 
     M = -FLT_MAX when every LSE_s is -inf, the denominator guarded against 0; the max ignores
     NaN as fmaxf does, so a NaN partial reaches the output through its weight, as on a GPU.

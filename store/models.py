@@ -107,7 +107,7 @@ class ConfigRun(Base):
     config_hash: Mapped[str] = mapped_column(String(64), index=True)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
 
-    # SPEC §1 fields as columns, so failure queries filter in SQL.
+    # docs/spec.md §1 fields as columns, so failure queries filter in SQL.
     dtype: Mapped[str] = mapped_column(String(8), index=True)
     g: Mapped[int] = mapped_column(Integer)
     seq_len_q: Mapped[int] = mapped_column(Integer, index=True)
@@ -153,7 +153,7 @@ class ConfigRun(Base):
     verify_s: Mapped[float | None] = mapped_column(Float)
     total_s: Mapped[float | None] = mapped_column(Float)
 
-    # SPEC §4 metrics (attnconfig.outcomes.METRIC_KEYS); null where not applicable.
+    # docs/spec.md §4 metrics (attnconfig.outcomes.METRIC_KEYS); null where not applicable.
     out_rms: Mapped[float | None] = mapped_column(Float)
     out_row_err: Mapped[float | None] = mapped_column(Float)
     out_max_abs: Mapped[float | None] = mapped_column(Float)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
-from sqlalchemy import Select, and_, func, select
+from sqlalchemy import Select, and_, case, func, select
 from sqlalchemy.orm import Session
 
 from attnconfig.outcomes import COUNT_METRICS, FAILING_OUTCOMES, FLOAT_METRICS, OUTCOMES
@@ -127,7 +127,7 @@ def failures(
     session: Session, flt: ResultFilter, *, sort: str = "-finished_at", offset: int = 0, limit: int = 50,
     with_count: bool = False,
 ) -> Page:
-    """Failing results (SPEC §7 fail, nan, error, timeout, oom) across sweeps, filtered and sorted."""
+    """Failing results (docs/spec.md §7 fail, nan, error, timeout, oom) across sweeps, filtered and sorted."""
     base = flt.apply(_labelled(and_(ConfigRun.state == "done", is_failure())))
     return _page(session, base, sort, offset, limit, with_count)
 
@@ -209,7 +209,7 @@ def list_sweeps(
 
 
 def sweeps_counts(session: Session, sweep_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """SPEC §8 counts of several sweeps in three grouped queries (store.repo.sweep_counts for one)."""
+    """docs/spec.md §8 counts of several sweeps in three grouped queries (store.repo.sweep_counts for one)."""
     ids = list(sweep_ids)
     out = {
         i: {"configs_total": 0, "configs_done": 0, "outcomes": dict.fromkeys(OUTCOMES, 0),
@@ -249,6 +249,30 @@ def sweep_configs(session: Session, sweep_id: int, *, failures_only: bool = Fals
     if failures_only:
         query = query.where(ConfigRun.state == "done", is_failure())
     return list(session.scalars(query.order_by(ConfigRun.seq)))
+
+
+def outcome_backend_dtype_counts(session: Session) -> dict[tuple[str, str, str], int]:
+    """Finished configs of every sweep by (outcome, backend, dtype), for /metrics."""
+    rows = session.execute(
+        select(ConfigRun.outcome, ConfigRun.backend, ConfigRun.dtype, func.count())
+        .where(ConfigRun.state == "done", ConfigRun.outcome.is_not(None))
+        .group_by(ConfigRun.outcome, ConfigRun.backend, ConfigRun.dtype))
+    return {(o, b or "unknown", d): n for o, b, d, n in rows}
+
+
+def run_time_histogram(session: Session, bounds: Sequence[float]) -> dict[str, tuple[list[tuple[float, int]], float]]:
+    """Per backend, cumulative counts of finished configs' total_s at each bound (+inf last) and
+    the sum of total_s: a Prometheus histogram computed by one grouped scan in the database."""
+    columns = [func.sum(case((ConfigRun.total_s <= b, 1), else_=0)) for b in bounds]
+    rows = session.execute(
+        select(ConfigRun.backend, func.count(), func.coalesce(func.sum(ConfigRun.total_s), 0.0), *columns)
+        .where(ConfigRun.state == "done", ConfigRun.total_s.is_not(None))
+        .group_by(ConfigRun.backend))
+    out: dict[str, tuple[list[tuple[float, int]], float]] = {}
+    for backend, count, total, *cumulative in rows:
+        buckets = [(b, int(n or 0)) for b, n in zip(bounds, cumulative)] + [(float("inf"), int(count))]
+        out[backend or "unknown"] = (buckets, float(total))
+    return out
 
 
 def count_by_status(session: Session) -> dict[str, int]:

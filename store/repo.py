@@ -139,7 +139,7 @@ def queued_configs(session: Session, sweep_id: int) -> list[tuple[str, dict[str,
 
 
 def sweep_counts(session: Session, sweep_id: int) -> dict[str, Any]:
-    """SPEC §8 counts of a sweep: totals, outcomes, not-applicable reasons, filter reasons."""
+    """docs/spec.md §8 counts of a sweep: totals, outcomes, not-applicable reasons, filter reasons."""
     outcomes = dict.fromkeys(OUTCOMES, 0)
     for outcome, n in session.execute(
         select(ConfigRun.outcome, func.count()).where(ConfigRun.sweep_id == sweep_id, ConfigRun.state == "done").group_by(ConfigRun.outcome)

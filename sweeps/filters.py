@@ -1,4 +1,4 @@
-"""The prefilters of SPEC §6: a drawn config is rejected by the first filter that fails.
+"""The prefilters of docs/spec.md §6: a drawn config is rejected by the first filter that fails.
 
 Order and reason names (stored in `filtered {reason: count}`; never rename them):
 1. `max_tokens`          max(seq_len_q, seq_len_k) * g > max_tokens
@@ -28,7 +28,7 @@ F64 = 8  # the reference computes in float64
 
 
 def splitkv_budget(total_memory: int | None, override: int | None) -> int:
-    """Bytes the split-KV partial buffers may take (SPEC §6, filter 2).
+    """Bytes the split-KV partial buffers may take (docs/spec.md §6, filter 2).
 
     `override` (the sweep's splitkv_extra_bytes_limit) wins when given; otherwise the device's
     total memory // 8 clamped to [1 GiB, 8 GiB]; 1.5 GiB when no device could be queried

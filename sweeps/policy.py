@@ -1,4 +1,4 @@
-"""Tolerance policy and gates (SPEC §5): the threshold a config is judged by, and its verdict.
+"""Tolerance policy and gates (docs/spec.md §5): the threshold a config is judged by, and its verdict.
 
 Threshold (RMS gate on O), exactly one per config, in this order:
   `explicit` (config.rms_threshold) > `saturated_softmax` (with_attn_scale false and
@@ -27,7 +27,7 @@ if the verifier counts it as non-finite it is `nan`, otherwise a `fail` of the l
 A gate whose metric is needed but missing (None) raises ValueError: that is a verifier bug,
 never a silent pass.
 
-GATE_BOUNDS - PROVISIONAL, to be replaced by the GPU calibration of SPEC §5 (>= 10,000
+GATE_BOUNDS - PROVISIONAL, to be replaced by the GPU calibration of docs/spec.md §5 (>= 10,000
 configs of the correct kernels, zero false failures with >= 2x margin). Derived from a numpy
 emulation of a correct kernel (f32 accumulation, P rounded to the storage dtype before P.V, i8:
 P to f16; O rounded to the output dtype) against the f64 reference, over ~1,500 sampled configs
@@ -39,7 +39,7 @@ up to head dim 1024 and seq_len_k 16384 (emulation script described in the helpe
     (|LSE| < 32 under the default sampling): worst one f16 ulp at [16, 32) = 0.0156; bound 0.04.
   A grossly wrong row (zeros, another row's values, a wrong split) errs by O(1) relative and
   fails every bound; a wrong LSE by log(fraction of mass missing), e.g. 0.69 for half.
-KNOWN LIMITATION of SPEC §4's row_err (normalised by the row's own max |value|): for
+KNOWN LIMITATION of docs/spec.md §4's row_err (normalised by the row's own max |value|): for
 head_dim_v < 8 a correct kernel's row can cancel to ~0 and row_err grows without bound
 (observed 1.6-1.8 at head_dim_v = 1 for f16/bf16/i8, 0.025 for f32; 0.04-0.06 at head_dim_v
 2..7). No per-dtype bound below 2 is free of false failures there; the fix belongs to the
@@ -70,12 +70,12 @@ GATE_BOUNDS: dict[str, dict[str, float]] = {
 
 
 def output_dtype(c: AttentionConfig) -> str:
-    """Storage dtype of O: the config dtype, except i8 whose O (and LSE) is f16 (SPEC §1)."""
+    """Storage dtype of O: the config dtype, except i8 whose O (and LSE) is f16 (docs/spec.md §1)."""
     return "f16" if c.dtype == "i8" else c.dtype
 
 
 def rms_threshold(c: AttentionConfig) -> tuple[float, str]:
-    """The sweep's RMS threshold and its reason, in SPEC §5's order."""
+    """The sweep's RMS threshold and its reason, in docs/spec.md §5's order."""
     if c.rms_threshold is not None:
         return float(c.rms_threshold), "explicit"
     if not c.with_attn_scale and c.head_dim_qk > SATURATED_HEAD_DIM:
@@ -170,7 +170,7 @@ def evaluate(
     err_ratio_gate: float | None = None,
     bounds: Mapping[str, Mapping[str, float]] = GATE_BOUNDS,
 ) -> Verdict:
-    """The verdict of one config's metrics (SPEC §4 keys, None where not applicable)."""
+    """The verdict of one config's metrics (docs/spec.md §4 keys, None where not applicable)."""
     gates = gates_for(c, rms_threshold=rms_threshold, threshold_reason=threshold_reason,
                       err_ratio_gate=err_ratio_gate, bounds=bounds)
     return evaluate_with_gates(c, metrics, gates)

@@ -1,4 +1,4 @@
-"""The outcome of one config on one backend (SPEC §7), as the runner returns it."""
+"""The outcome of one config on one backend (docs/spec.md §7), as the runner returns it."""
 from __future__ import annotations
 
 import json

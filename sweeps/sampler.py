@@ -1,4 +1,4 @@
-"""Drawing a sweep's configs (SPEC §6): one seeded stream, prefilters, duplicates, a draw cap.
+"""Drawing a sweep's configs (docs/spec.md §6): one seeded stream, prefilters, duplicates, a draw cap.
 
 `sample(spec, splitkv_budget)` draws configs from ONE stream,
 `numpy.random.default_rng(spec.resolved_seed())`, until `spec.samples` configs pass every
@@ -67,7 +67,7 @@ from sweeps.filters import ALL_REASONS, DUPLICATE, Prefilter
 from sweeps.spec import COIN_FIELDS, SweepSpec, SweepSpecError, head_choices, powers_of_two
 
 COMMON_HEAD_DIMS = (32, 64, 80, 96, 128, 192, 256)
-# Mode weights of the heads draw (SPEC §6): (1, 1), MHA, GQA.
+# Mode weights of the heads draw (docs/spec.md §6): (1, 1), MHA, GQA.
 HEAD_MODE_WEIGHTS = (0.25, 0.25, 0.5)
 DATA_SEED_BOUND = 2**31
 

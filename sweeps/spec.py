@@ -1,7 +1,7 @@
-"""The sweep request (SPEC §6 and the REST/CLI names of §8) and its validation.
+"""The sweep request (docs/spec.md §6 and the REST/CLI names of §8) and its validation.
 
 `SweepSpec` is what a client asks for; the sampler (`sweeps.sampler`) turns it into configs.
-Field names are the REST names of SPEC §8. Every error names the field and the rule; use
+Field names are the REST names of docs/spec.md §8. Every error names the field and the rule; use
 `parse_sweep_spec` to get a `SweepSpecError` (a `ConfigError`, so the CLI and API that already
 report config errors report these the same way) instead of pydantic's `ValidationError`.
 
@@ -38,7 +38,7 @@ MAX_DRAWS = 1_000_000
 MAX_LABEL = 200  # sweeps.label is VARCHAR(200)
 Label = storable_str(MAX_LABEL)
 
-# Default sampled ranges (SPEC §6). `g` and `seq_len_q` are further capped by max_tokens at
+# Default sampled ranges (docs/spec.md §6). `g` and `seq_len_q` are further capped by max_tokens at
 # draw time; heads and split_kv are drawn as powers of two inside their range.
 DEFAULT_RANGES: dict[str, tuple[int, int]] = {
     "g": (1, 256),
@@ -50,7 +50,7 @@ DEFAULT_RANGES: dict[str, tuple[int, int]] = {
     "head_dim_v": (1, MAX_HEAD_DIM),
     "split_kv": (1, 128),
 }
-# The fair coins of the draw (SPEC §6), as 0:1 ranges: NAME=0 pins one off, NAME=1 on (e.g. a
+# The fair coins of the draw (docs/spec.md §6), as 0:1 ranges: NAME=0 pins one off, NAME=1 on (e.g. a
 # sweep of untransposed layouts only, trans_q=0 trans_k=0 trans_v=0, the tensor-core path's).
 COIN_FIELDS = ("with_attn_scale", "with_attn_bias", "causal", "trans_q", "trans_k", "trans_v", "trans_o")
 DEFAULT_RANGES.update({c: (0, 1) for c in COIN_FIELDS})
@@ -82,7 +82,7 @@ def head_choices(rq: tuple[int, int], rkv: tuple[int, int]) -> dict[str, Any]:
 
     Returns {"single": bool, "mha": [h...], "gqa_q": [...], "gqa_kv": [...], "gqa": bool}:
     (1, 1) is possible when 1 is in both ranges; MHA and GQA draw powers of two >= 2 inside
-    the ranges (the default ranges [1, 64] give exactly SPEC §6's 2^1..2^6); GQA is possible
+    the ranges (the default ranges [1, 64] give exactly docs/spec.md §6's 2^1..2^6); GQA is possible
     when some Hq choice exceeds some Hkv choice.
     """
     pq = powers_of_two(*rq, start=2)
@@ -133,7 +133,7 @@ def _range_problems(ranges: Mapping[str, tuple[int, int]]) -> list[tuple[str, st
 
 
 class SweepSpec(BaseModel):
-    """A sweep request. Field names are SPEC §8's REST names."""
+    """A sweep request. Field names are docs/spec.md §8's REST names."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -187,7 +187,7 @@ class SweepSpec(BaseModel):
         return self.max_draws if self.max_draws is not None else min(1000 * self.samples, MAX_DRAWS)
 
     def range_of(self, key: str) -> tuple[int, int]:
-        """The range in force for a sampled field: the override, else SPEC §6's default."""
+        """The range in force for a sampled field: the override, else docs/spec.md §6's default."""
         return tuple(self.ranges.get(key, DEFAULT_RANGES[key]))  # type: ignore[return-value]
 
 

@@ -25,6 +25,7 @@ from collections import Counter
 from typing import Any, Callable, Sequence
 
 from attnconfig import AttentionConfig, parse_config
+from ci.notify import sweep_ended
 from core.settings import Settings
 from kernels.source import KernelSource
 from store import repo
@@ -137,7 +138,9 @@ def execute_batch(
     if not pending and status in repo.ACTIVE_STATUSES:
         # A batch delivered again after its worker died between a result and the check below.
         with session_scope(url) as s:
-            repo.finish_if_complete(s, sweep_id)
+            ended = repo.finish_if_complete(s, sweep_id)
+        if ended:
+            sweep_ended(sweep_id, url)
     return dict(counts)
 
 
@@ -151,4 +154,6 @@ def _record(url: str, sweep_id: int, config_hash: str, result: ConfigResult, wor
         repo.record_result(s, sweep_id, config_hash, result.to_row(), worker=worker)
     # After the commit above, in its own transaction: see repo.finish_if_complete.
     with session_scope(url) as s:
-        repo.finish_if_complete(s, sweep_id)
+        ended = repo.finish_if_complete(s, sweep_id)
+    if ended:
+        sweep_ended(sweep_id, url)

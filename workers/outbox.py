@@ -318,11 +318,13 @@ def finish_complete(session: Session) -> int:
     still = select(ConfigRun.id).where(ConfigRun.sweep_id == Sweep.id, ConfigRun.state == "queued").exists()
     ids = list(session.scalars(select(Sweep.id).where(Sweep.status.in_(repo.ACTIVE_STATUSES),
                                                       Sweep.queue.is_not(None), ~still)))
-    n = 0
-    for sid in ids:
-        n += bool(repo.finish_if_complete(session, sid))
+    ended = [sid for sid in ids if repo.finish_if_complete(session, sid)]
     session.commit()
-    return n
+    from ci.notify import sweep_ended
+
+    for sid in ended:
+        sweep_ended(sid)
+    return len(ended)
 
 
 class ReconcilerThread:

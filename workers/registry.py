@@ -120,7 +120,11 @@ def record_unfinished(settings: Settings, sweep_id: int, items: Sequence[Sequenc
         for h in pending:
             repo.record_result(s, sweep_id, h, {"outcome": "timeout", "detail": detail})
     with unpooled_session(settings.database_url) as s:
-        repo.finish_if_complete(s, sweep_id)
+        ended = repo.finish_if_complete(s, sweep_id)
+    if ended:
+        from ci.notify import sweep_ended
+
+        sweep_ended(sweep_id, settings.database_url)
     return len(pending)
 
 

@@ -24,7 +24,7 @@ HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
 
 NOT_FILTERS = ("sort", "limit", "offset", "label", "since", "until")
-# Offered first in the filter and heatmap menus: SPEC §1's config fields, then the rest.
+# Offered first in the filter and heatmap menus: docs/spec.md §1's config fields, then the rest.
 CONFIG_FIRST = ("dtype", "split_kv", "causal", "gqa_ratio", "seq_len_k", "seq_len_q", "head_dim_qk", "head_dim_v", "g",
                 "num_heads_q", "num_heads_kv", "kv_cache", "has_prefix_offset", "with_attn_bias", "with_attn_scale",
                 "return_lse", "trans_q", "trans_k", "trans_v", "trans_o", "data_seed")
@@ -50,7 +50,7 @@ pages = APIRouter(prefix="/dashboard", include_in_schema=False, default_response
 
 @pages.get("")
 def read_sweeps_page(request: Request) -> HTMLResponse:
-    return templates.TemplateResponse(request, "sweeps.html", {"page": "sweeps", "outcomes": OUTCOMES})
+    return templates.TemplateResponse(request, "sweeps.html", {"page": "sweeps", "outcomes": OUTCOMES, "failing": FAILING_OUTCOMES})
 
 
 @pages.get("/sweeps/{sweep_id}")

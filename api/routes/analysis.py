@@ -13,6 +13,7 @@ from api.convert import config_run_public
 from api.deps import SweepId, SessionDep, sweep_or_404
 from api.filters import parse_by, parse_sort, result_filter
 from api.schemas.analysis import (
+    FailureAxes,
     FailureRates,
     FailureRatesQuery,
     FailureRow,
@@ -49,6 +50,17 @@ def read_failure_rates(sweep_id: SweepId, query: Annotated[FailureRatesQuery, Qu
             for name in by}
     return FailureRates(sweep_id=sweep_id, by=by, axes=axes, **queries.group_totals(groups),
                         cells=[rate_cell(g) for g in groups])
+
+
+@router.get("/{sweep_id}/failure-axes", response_model=FailureAxes, responses=ERRORS)
+def read_failure_axes(sweep_id: SweepId, session: SessionDep) -> FailureAxes:
+    """The two config fields whose failure-rate heatmap best separates the sweep's failures from
+    its passes (the information its cells give about failing); sizes come as power-of-two buckets."""
+    from attnconfig.outcomes import FAILING_OUTCOMES
+
+    sweep_or_404(session, sweep_id)
+    (rows, cols), score = analysis.separating_axes(session, sweep_id, FAILING_OUTCOMES)
+    return FailureAxes(sweep_id=sweep_id, by=[rows, cols], score=score)
 
 
 @router.get("/{sweep_id}/failures", response_model=FailureRowsPublic, responses=ERRORS)

@@ -9,9 +9,9 @@ from fastapi import APIRouter, HTTPException, Path, Query, status
 from api.convert import utc
 from api.deps import SessionDep
 from api.routes import junit
-from api.schemas.ci import SHA_PATTERN, CiCommit, CiCommitsQuery, CiStatus, CiStatusQuery
+from api.schemas.ci import SHA_PATTERN, CiCommit, CiCommitsQuery, CiRepository, CiStatus, CiStatusQuery
 from api.schemas.common import Message, Problems
-from ci.status import ci_sweeps, commit_status, sweep_for_commit
+from ci.status import ci_repositories, ci_sweeps, commit_status, sweep_for_commit
 
 router = APIRouter(tags=["ci"])
 router.include_router(junit.router)
@@ -26,6 +26,17 @@ def read_ci_commits(query: Annotated[CiCommitsQuery, Query()], session: SessionD
         out.append(CiCommit(commit_sha=st["commit_sha"], ref=st["ref"], event=st["event"], sweep_id=sweep.id,
                             state=st["state"], verdict=st["verdict"], configs=st["configs"], failures=st["failures"],
                             failure_rate=st["failure_rate"], finished_at=utc(st["finished_at"])))
+    return out
+
+
+@router.get("/ci/repositories", response_model=list[CiRepository])
+def read_ci_repositories(session: SessionDep) -> list[CiRepository]:
+    """Every repository that sent CI events, by name, with its newest CI sweep and that sweep's verdict."""
+    out = []
+    for name, n, newest in ci_repositories(session):
+        st = commit_status(session, newest, with_failures=False)
+        out.append(CiRepository(repository=name, sweeps=n, last_sweep_id=newest.id, last_commit_sha=newest.commit_sha,
+                                last_ref=newest.ref, last_verdict=st["verdict"], last_created_at=utc(newest.created_at)))
     return out
 
 

@@ -81,7 +81,7 @@ def read_sweeps(session: SessionDep, status_: Annotated[SweepStatus | None, Quer
 
 @router.get("/{sweep_id}", response_model=SweepPublic, responses=NOT_FOUND)
 def read_sweep(sweep_id: SweepId, session: SessionDep) -> SweepPublic:
-    """A sweep with SPEC §8's counts: configs_total, configs_done, outcomes, filtered, ..."""
+    """A sweep with docs/spec.md §8's counts: configs_total, configs_done, outcomes, filtered, ..."""
     return _public(session, sweep_or_404(session, sweep_id))
 
 

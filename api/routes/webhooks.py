@@ -21,6 +21,7 @@ from api.schemas.common import Message, Problems
 from attnconfig.config import text_problem
 from ci.events import CiEvent, EventError, Ignored, parse_event
 from ci.launch import start_ci_sweep
+from ci.notify import post_status
 from ci.signature import HEADER, signature_problem
 from core.settings import Settings
 from kernelsrc.git import KernelRepoError
@@ -51,6 +52,8 @@ def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, de
     except SamplingExhausted as exc:
         session.rollback()
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"ATTNSWEEP_CI_SPEC samples too few configs: {exc}") from None
+    if not started.replayed:
+        post_status(settings, session, started.sweep_id)  # pending, with the config count
     return CiWebhookReply(
         status="replayed" if started.replayed else "started", event=event.event, sweep_id=started.sweep_id,
         commit_sha=event.commit_sha, ref=event.ref, source_hash=started.source_hash, configs_total=started.configs_total,

@@ -119,7 +119,7 @@ def _verdict(run: ConfigRunPublic) -> Verdict | None:
 
 
 def gate_check(run: ConfigRunPublic) -> GateCheck:
-    """The metric that decided a stored failure against its bound (SPEC §5, sweeps.policy)."""
+    """The metric that decided a stored failure against its bound (docs/spec.md §5, sweeps.policy)."""
     verdict = _verdict(run)
     if verdict is None:
         return GateCheck(gate=run.failed_gate, metric=None, value=None, bound=None,
@@ -128,3 +128,13 @@ def gate_check(run: ConfigRunPublic) -> GateCheck:
     if verdict.outcome == "fail" and verdict.failed_gate == "rms":
         why = THRESHOLD_WHY.get(run.threshold_reason or "", why)
     return GateCheck(gate=verdict.failed_gate, metric=verdict.metric, value=verdict.value, bound=verdict.bound, why=why)
+
+
+class FailureAxes(BaseModel):
+    """The heatmap's default axes: the pair of config fields that best separates failures from passes."""
+
+    sweep_id: int = Field(description="id of the sweep")
+    by: list[str] = Field(description="[rows field, columns field]: pass them as `by` to failure-rates")
+    score: float | None = Field(description="bits of information the pair's cells give about whether a config fails "
+                                            "(smoothed; store/analysis.py separating_axes); null when there is nothing "
+                                            "to separate (no failures, or only failures): the default pair dtype, split_kv")

@@ -88,6 +88,18 @@ class CiCommit(BaseModel):
     finished_at: datetime | None
 
 
+class CiRepository(BaseModel):
+    """A repository that sent CI events, with its newest CI sweep."""
+
+    repository: str = Field(description="owner/name")
+    sweeps: int = Field(description="CI sweeps of the repository")
+    last_sweep_id: int = Field(description="its newest CI sweep")
+    last_commit_sha: str | None = Field(description="the commit that sweep ran")
+    last_ref: str | None = Field(description="that commit's branch")
+    last_verdict: Verdict = Field(description="that sweep's verdict: pending, pass, fail or error")
+    last_created_at: datetime | None = Field(description="when that sweep was accepted (UTC)")
+
+
 class _Query(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt parameter is a 422, not ignored
 

@@ -1,4 +1,4 @@
-"""Sweep bodies: the request (SweepCreate, SPEC §8 names), the sweep, its results."""
+"""Sweep bodies: the request (SweepCreate, docs/spec.md §8 names), the sweep, its results."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -16,7 +16,7 @@ SweepStatus = Literal["queued", "running", "done", "cancelled", "failed"]
 
 
 class SweepCreate(SweepSpec):
-    """A sweep request: SPEC §8's fields, sampled on submission; or an explicit list of configs
+    """A sweep request: docs/spec.md §8's fields, sampled on submission; or an explicit list of configs
     (a regression set), which is run as given, without sampling or prefilters."""
 
     configs: list[AttentionConfig] | None = Field(
@@ -112,7 +112,7 @@ class SweepsPublic(BaseModel):
 
 
 class ConfigRunPublic(BaseModel):
-    """One config of a sweep and, once run, its result (SPEC §7)."""
+    """One config of a sweep and, once run, its result (docs/spec.md §7)."""
 
     id: int
     sweep_id: int

@@ -28,7 +28,7 @@ BOUNDS = {
     "bf16": {"row": 4e-2, "lse": 1e-3},
     "i8": {"row": 1e-2, "lse": 6e-2, "abs": 4e-3},    # O and LSE are f16
 }
-# i8 rounds P to f16 before P.V (SPEC §1) and the float64 reference does not: where a row's
+# i8 rounds P to f16 before P.V (docs/spec.md §1) and the float64 reference does not: where a row's
 # output cancels to almost 0 (seen with head_dim_v = 1), row_err measures that rounding
 # relative to a tiny value. There an i8 row also passes when its absolute error is within
 # "abs" (2^-12 relative P rounding times |V| <= ~5, plus margin). GPU run of 2026-12-03: the
@@ -79,7 +79,7 @@ CASES: list[AttentionConfig] = [
 
 
 def random_configs(n: int, seed: int = 0, max_cost: float = 3e8) -> list[AttentionConfig]:
-    """Configs drawn like the sampler (SPEC §6) but small enough for a quick float64 reference."""
+    """Configs drawn like the sampler (docs/spec.md §6) but small enough for a quick float64 reference."""
     rng = np.random.default_rng(seed)
     out: list[AttentionConfig] = []
     common = (32, 64, 80, 96, 128, 192, 256)

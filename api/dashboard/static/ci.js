@@ -58,11 +58,47 @@ async function load(repository) {
   if (commits.some((c) => ACTIVE.has(c.state))) setTimeout(() => load(repository), 5000);
 }
 
+function repositoryRow(r) {
+  return el("tr", { "data-repository": r.repository },
+    el("td", {}, el("a", { href: `?repository=${encodeURIComponent(r.repository)}`, onclick: (e) => { e.preventDefault(); show(r.repository); } },
+      r.repository)),
+    el("td", {}, r.sweeps),
+    el("td", {}, r.last_commit_sha ? el("code", { title: r.last_commit_sha }, r.last_commit_sha.slice(0, 10)) : "–"),
+    el("td", {}, r.last_ref || "–"),
+    el("td", {}, badge(r.last_verdict)),
+    el("td", {}, fmtTime(r.last_created_at)));
+}
+
+async function loadRepositories() {
+  const tbody = document.querySelector("#repositories tbody");
+  try {
+    const repos = await api("/ci/repositories");
+    tbody.replaceChildren(...(repos.length ? repos.map(repositoryRow)
+      : [el("tr", {}, el("td", { colspan: 6, class: "muted" }, "no repository has sent a CI event yet"))]));
+    return repos;
+  } catch (err) {
+    showProblems(err);
+    return [];
+  }
+}
+
 const form = document.getElementById("repo-form");
+
+function show(repository) {
+  form.repository.value = repository;
+  history.replaceState(null, "", repository ? `?repository=${encodeURIComponent(repository)}` : location.pathname);
+  for (const tr of document.querySelectorAll("#repositories tr[data-repository]")) {
+    tr.classList.toggle("selected", tr.dataset.repository === repository);
+  }
+  return load(repository);
+}
+
 form.addEventListener("submit", (e) => {
   e.preventDefault();
-  const repository = form.repository.value.trim();
-  history.replaceState(null, "", repository ? `?repository=${encodeURIComponent(repository)}` : location.pathname);
-  load(repository);
+  show(form.repository.value.trim());
 });
-load(form.repository.value.trim());
+loadRepositories().then((repos) => {
+  // With one repository there is nothing to choose: show it.
+  const given = form.repository.value.trim();
+  show(given || (repos.length === 1 ? repos[0].repository : ""));
+});

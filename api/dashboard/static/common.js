@@ -59,7 +59,8 @@ function fmtNumber(v) {
 
 function fmtRate(r) { return r === null || r === undefined ? "–" : (100 * r).toFixed(r > 0 && r < 0.001 ? 3 : 1) + "%"; }
 
-function fmtTime(iso) { return iso ? new Date(iso).toLocaleString() : "–"; }
+// ISO 8601 in UTC, to the second: the same text on every reader's screen and in the API's JSON.
+function fmtTime(iso) { return iso ? new Date(iso).toISOString().replace(/\.\d{3}Z$/, "Z") : "–"; }
 
 function fmtDuration(startIso, endIso) {
   if (!startIso) return "–";
@@ -88,4 +89,13 @@ async function copyText(text) {
   if (!ok) throw new Error("the browser refused to copy");
 }
 
-const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+// No mode bar: it floats over the top right of a chart, on the heatmap's cells; the charts have
+// nothing to zoom that the filters do not do better.
+const PLOT_CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };
+
+function failureRate(outcomes, failing) {
+  const failures = failing.reduce((n, o) => n + (outcomes[o] || 0), 0);
+  const done = Object.values(outcomes).reduce((a, b) => a + b, 0);
+  const applicable = done - (outcomes.not_applicable || 0);
+  return applicable ? failures / applicable : null;
+}

@@ -73,7 +73,7 @@ function renderCharts(s) {
     textposition: "outside", cliponaxis: false, marker: { color: OUTCOMES.map((o) => OUTCOME_COLORS[o]) },
     hovertemplate: "%{x}: %{y}<extra></extra>",
   }], { margin: { t: 20, r: 10, b: 40, l: 50 }, yaxis: { title: { text: "configs" } } }, PLOT_CONFIG);
-  const filtered = Object.entries(s.filtered).sort((a, b) => a[1] - b[1]);
+  const filtered = Object.entries(s.filtered).filter(([, n]) => n > 0).sort((a, b) => a[1] - b[1]);
   const na = Object.entries(s.not_applicable_reasons).sort((a, b) => a[1] - b[1]);
   const traces = [
     { name: "filtered before running", entries: filtered, color: "#546e7a" },
@@ -148,7 +148,9 @@ async function loadHeatmap() {
     type: "heatmap", x: xl, y: yl, z, text, texttemplate: "%{text}", zmin: 0, zmax: 1, xgap: 2, ygap: 2,
     // Any failure must stand out from a clean cell, so the scale leaves green at the first step.
     colorscale: [[0, "#c8e6c9"], [1e-6, "#ffe0b2"], [0.25, "#fb8c00"], [1, "#b71c1c"]],
-    colorbar: { title: { text: "failure rate" }, tickformat: ".0%" }, hoverongaps: false,
+    // Plotly's colour bar cannot show the zero-failure green, a sliver at its very bottom: the
+    // legend under the chart (#heatmap-legend) names every colour drawn, green first.
+    showscale: false, hoverongaps: false,
     hovertemplate: `${hy}=%{y}<br>${hx}=%{x}<br>failure rate %{z:.1%}<br>failures/applicable %{text}<extra></extra>`,
   };
   const layout = {
@@ -323,8 +325,24 @@ function bindControls() {
   document.getElementById("next").addEventListener("click", () => { state.offset += PAGE; writeUrl(); loadFailures(); });
 }
 
-readUrl();
-bindControls();
-writeUrl();
-renderChips();
-loadSweep();
+// Without axes in the URL, the heatmap opens on the pair of config fields that best separates
+// this sweep's failures from its passes (GET /sweeps/{id}/failure-axes).
+async function defaultAxes() {
+  const given = new URLSearchParams(location.search);
+  if (given.has("hx") || given.has("hy")) return;
+  try {
+    const axes = await api(`${base}/failure-axes`);
+    [state.hy, state.hx] = axes.by;
+  } catch (err) {
+    showProblems(err);
+  }
+}
+
+(async () => {
+  readUrl();
+  await defaultAxes();
+  bindControls();
+  writeUrl();
+  renderChips();
+  loadSweep();
+})();

@@ -19,7 +19,7 @@ function outcomesCell(outcomes) {
 }
 
 function reasonsCell(filtered) {
-  const entries = Object.entries(filtered).sort((a, b) => b[1] - a[1]);
+  const entries = Object.entries(filtered).filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1]);
   if (!entries.length) return el("td", { class: "muted" }, "none");
   return el("td", { class: "counts" }, entries.map(([r, n]) => el("span", { class: "count" }, `${r} ${n}`)));
 }
@@ -31,6 +31,7 @@ function row(s) {
     el("td", {}, badge(s.status)),
     el("td", {}, progress(s.configs_done, s.configs_total)),
     outcomesCell(s.outcomes),
+    el("td", { class: "rate" }, fmtRate(failureRate(s.outcomes, FAILING))),
     reasonsCell(s.filtered),
     el("td", {}, fmtTime(s.started_at)),
     el("td", {}, fmtDuration(s.started_at, s.finished_at)));
@@ -44,7 +45,7 @@ async function load() {
     const body = await api("/sweeps", params);
     showProblems(null);
     document.querySelector("#sweeps tbody").replaceChildren(
-      ...(body.data.length ? body.data.map(row) : [el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no sweeps"))]));
+      ...(body.data.length ? body.data.map(row) : [el("tr", {}, el("td", { colspan: 9, class: "muted" }, "no sweeps"))]));
     document.getElementById("range").textContent =
       body.count ? `${state.offset + 1}–${state.offset + body.data.length} of ${body.count}` : "";
     document.getElementById("prev").disabled = state.offset === 0;

@@ -141,3 +141,31 @@ def test_sweep_failures_filter_sort_and_page(seeded):
     seqs = [r["seq"] for r in first["data"] + rest["data"]]
     assert seqs == sorted(seqs) and len(set(seqs)) == 6
 
+
+
+def test_failure_axes_pick_the_pair_that_separates_the_failures(seeded):
+    client, nightly, _ = seeded
+    body = client.get(f"/sweeps/{nightly.sweep_id}/failure-axes").json()
+    assert body["by"] == ["dtype", "split_kv"] and body["score"] > 0
+
+
+def test_failure_axes_follow_another_planted_pattern_and_default_without_failures(db_url):
+    from sqlalchemy import update
+
+    from store.db import session_scope
+    from store.migrate import upgrade
+    from store.models import ConfigRun
+
+    upgrade(db_url)
+    with make_client(make_settings(db_url)) as client:
+        sweep = seed.seed_finished(db_url, label="other pattern")
+        with session_scope(db_url) as s:
+            done = (ConfigRun.sweep_id == sweep.sweep_id) & (ConfigRun.outcome != "not_applicable")
+            s.execute(update(ConfigRun).where(done).values(outcome="pass", failed_gate=None))
+        clean = client.get(f"/sweeps/{sweep.sweep_id}/failure-axes").json()
+        with session_scope(db_url) as s:
+            s.execute(update(ConfigRun).where(done, ConfigRun.causal.is_(True), ConfigRun.seq_len_k >= 1024)
+                      .values(outcome="fail", failed_gate="rms"))
+        planted = client.get(f"/sweeps/{sweep.sweep_id}/failure-axes").json()
+    assert clean == {"sweep_id": sweep.sweep_id, "by": ["dtype", "split_kv"], "score": None}
+    assert sorted(planted["by"]) == ["causal", "seq_len_k_bucket"] and planted["score"] > 0

@@ -1,4 +1,4 @@
-"""Every SPEC §1 rule rejects with the field and the rule; the content hash is stable."""
+"""Every docs/spec.md §1 rule rejects with the field and the rule; the content hash is stable."""
 from __future__ import annotations
 
 import json

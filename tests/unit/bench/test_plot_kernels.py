@@ -38,3 +38,17 @@ def test_the_floor_is_drawn_where_measured(tmp_path: Path):
     # the floor marks (and their legend entry) are the plot's only pure red
     assert _red_pixels(pngs[True]) > 50
     assert _red_pixels(pngs[False]) == 0
+
+
+def test_matplotlib_is_an_optional_extra_used_only_by_bench():
+    import re
+    import tomllib
+
+    root = Path(__file__).parents[3]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("matplotlib")]
+    assert [d for d in project["optional-dependencies"]["plot"] if d.startswith("matplotlib")]
+    packages = ("attnconfig", "core", "reference", "kernels", "sweeps", "store", "workers", "ci", "api", "cli", "kernelsrc")
+    users = [str(p.relative_to(root)) for pkg in packages for p in (root / pkg).rglob("*.py")
+             if re.search(r"^\s*(import|from) matplotlib", p.read_text(), re.M)]
+    assert users == []

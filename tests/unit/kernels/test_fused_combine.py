@@ -1,6 +1,6 @@
 """The mma decode kernel's fused combine (attention.hip attn_fused_combine), run by the host
 emulation: the very device code, with its counters, its groups and their partials, against the
-reference's unmasked combine (SPEC §3).
+reference's unmasked combine (docs/spec.md §3).
 
 The emulation runs blocks one after another, so it cannot show a race; what it shows is that
 whichever block finishes last (the harness hands the blocks their splits in a shuffled order)

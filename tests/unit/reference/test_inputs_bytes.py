@@ -1,4 +1,4 @@
-"""make_inputs draws the same bytes as the plain definition of SPEC §1 "Inputs", over the config
+"""make_inputs draws the same bytes as the plain definition of docs/spec.md §1 "Inputs", over the config
 space: stored reproducers replay a failure from config + data_seed alone."""
 import math
 
@@ -16,7 +16,7 @@ FLOAT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 
 
 def cast(x, dtype):
-    """SPEC §1's cast, one rounding; for bf16 not ml_dtypes' own, which rounds twice (through
+    """docs/spec.md §1's cast, one rounding; for bf16 not ml_dtypes' own, which rounds twice (through
     float32) before 0.7: the inputs must not change with the ml_dtypes a machine has."""
     return rounded_once_bf16(x) if dtype is ml_dtypes.bfloat16 else x.astype(dtype)
 
@@ -142,7 +142,7 @@ def test_round_to_bf16_from_float64_rounds_once():
 
 
 def test_the_installed_ml_dtypes_casts_float64_to_bf16_once():
-    # SPEC §1 casts "through ml_dtypes": with 0.7 and later (pyproject.toml) that cast and
+    # docs/spec.md §1 casts "through ml_dtypes": with 0.7 and later (pyproject.toml) that cast and
     # make_inputs agree. An older one rounds twice, and wherever float64 is cast to bf16 through
     # it (reference/metrics.py casts the reference to the output's type) a last bit can differ.
     x = hard_values()

@@ -28,7 +28,7 @@ def t64(x):
 
 
 def torch_attention(c, inputs):
-    """(out, lse) from torch alone, following SPEC §1-§2 as written."""
+    """(out, lse) from torch alone, following docs/spec.md §1-§2 as written."""
     q, k, v = t64(inputs["q"]), t64(inputs["k"]), t64(inputs["v"])
     g, sq, sk = c.g, c.seq_len_q, c.seq_len_k
     rows = torch.arange(sq)[:, None]

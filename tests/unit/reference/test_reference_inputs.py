@@ -1,4 +1,4 @@
-"""make_inputs (SPEC §1 "Inputs"), storage types and the layout helpers."""
+"""make_inputs (docs/spec.md §1 "Inputs"), storage types and the layout helpers."""
 import math
 
 import ml_dtypes

@@ -1,4 +1,4 @@
-"""The reference stays within bounded memory on big configs the prefilters accept (SPEC §6)."""
+"""The reference stays within bounded memory on big configs the prefilters accept (docs/spec.md §6)."""
 import tracemalloc
 
 import numpy as np
@@ -10,7 +10,7 @@ GIB = 1 << 30
 
 
 def test_exact_reference_peak_memory_is_bounded():
-    # 16k x 16k logits: 2 GiB in float64 if materialised; accepted by every SPEC §6 prefilter
+    # 16k x 16k logits: 2 GiB in float64 if materialised; accepted by every docs/spec.md §6 prefilter
     # (reference_flops = 16384^2 * (2 * (4 + 4) + 8) = 6.4e9, reference_bytes ~ 1 MiB).
     c = parse_config(dict(dtype="f16", g=1, seq_len_q=16384, seq_len_k=16384, num_heads_q=1, num_heads_kv=1,
                           head_dim_qk=4, head_dim_v=4, causal=True))

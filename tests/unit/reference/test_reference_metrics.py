@@ -1,4 +1,4 @@
-"""Verifier metrics (SPEC §4)."""
+"""Verifier metrics (docs/spec.md §4)."""
 import math
 
 import ml_dtypes
@@ -41,7 +41,7 @@ def test_one_wrong_row_in_ten_thousand_shows_in_row_err_not_rms():
     out[4321] = rng.standard_normal(64)
     m = tensor_metrics(ref, out)
     assert m["row_err"] > 0.5
-    assert m["rms"] < 0.005  # below every RMS threshold of SPEC §5
+    assert m["rms"] < 0.005  # below every RMS threshold of docs/spec.md §5
 
 
 def test_correct_rounding_of_the_reference_gives_tiny_metrics():

@@ -1,4 +1,4 @@
-"""The split-KV reference against the exact one (SPEC §3), over the config space and on the
+"""The split-KV reference against the exact one (docs/spec.md §3), over the config space and on the
 named cases of rocMLIR's split-KV bug history."""
 import ml_dtypes
 import numpy as np

@@ -1,4 +1,4 @@
-"""Split-KV arithmetic (SPEC §3): boundaries, valid splits, and the named cases of the bug history."""
+"""Split-KV arithmetic (docs/spec.md §3): boundaries, valid splits, and the named cases of the bug history."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 

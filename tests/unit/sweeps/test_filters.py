@@ -1,4 +1,4 @@
-"""Prefilters of SPEC §6: budget, formulas, boundaries and order."""
+"""Prefilters of docs/spec.md §6: budget, formulas, boundaries and order."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tolerance policy and gates of SPEC §5."""
+"""Tolerance policy and gates of docs/spec.md §5."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""SweepSpec validation and the sampler of SPEC §6."""
+"""SweepSpec validation and the sampler of docs/spec.md §6."""
 from __future__ import annotations
 
 import datetime as dt

@@ -1,0 +1,86 @@
+"""Commit statuses: a CI sweep's state posted to the forge when the sweep starts and when it ends.
+
+Off unless ATTNSWEEP_STATUS_TOKEN is set. The request is GitHub's statuses API
+(`POST {ATTNSWEEP_STATUS_API}/repos/{owner}/{name}/statuses/{sha}` with `state`, `description`,
+`target_url`, `context`), which Gitea and Forgejo accept too. A status is a courtesy to the pull
+request, not part of the sweep: a forge that is down or refuses the token is logged and never
+fails the webhook or the worker that finished the sweep.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy.orm import Session
+
+from ci.status import commit_status
+from core.settings import Settings
+from store.models import Sweep
+
+log = logging.getLogger(__name__)
+
+# The verdict (ci/verdict.py) as a commit status state.
+STATES = {"pending": "pending", "pass": "success", "fail": "failure", "error": "error"}
+TIMEOUT_S = 5.0
+MAX_DESCRIPTION = 140  # GitHub refuses longer descriptions
+
+
+def describe(status: dict[str, Any]) -> str:
+    done, total, failures = status["configs_done"], status["configs"], status["failures"]
+    if status["verdict"] == "pending":
+        text = f"sweep {status['sweep_id']}: {done}/{total} configs run" + (f", {failures} failing so far" if failures else "")
+    elif status["verdict"] == "error":
+        text = f"sweep {status['sweep_id']} {status['state']}: {status.get('error') or 'no reason stored'}"
+    else:
+        text = f"{done} configs: {failures} failing"
+        if status["event"] == "pull_request" and status["base_sweep_id"] is not None:
+            text += f" ({status['new_failure_count']} new, {status['known_failure_count']} known on the base branch)"
+    return text[:MAX_DESCRIPTION]
+
+
+def status_body(settings: Settings, session: Session, sweep: Sweep) -> dict[str, Any]:
+    status = commit_status(session, sweep, with_failures=False)
+    body: dict[str, Any] = {"state": STATES[status["verdict"]], "description": describe(status),
+                            "context": settings.status_context}
+    if settings.public_url:
+        body["target_url"] = f"{settings.public_url.rstrip('/')}/dashboard/sweeps/{sweep.id}"
+    return body
+
+
+def post_status(settings: Settings, session: Session, sweep_id: int) -> bool:
+    """Post the CI sweep's status; False when off, not a CI sweep, or the forge did not take it."""
+    if not settings.status_token:
+        return False
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None or not sweep.repository or not sweep.commit_sha:
+        return False
+    body = status_body(settings, session, sweep)
+    url = f"{settings.status_api.rstrip('/')}/repos/{quote(sweep.repository, safe='/')}/statuses/{sweep.commit_sha}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+        "Authorization": f"Bearer {settings.status_token}", "Accept": "application/vnd.github+json",
+        "Content-Type": "application/json", "User-Agent": "attnsweep"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, OSError) as exc:
+        log.warning("commit status of sweep %s (%s) not posted: %s", sweep_id, body["state"], exc)
+        return False
+
+
+def sweep_ended(sweep_id: int, url: str | None = None) -> None:
+    """Called by whoever moved the sweep to done, after that commit: the final status."""
+    from core.settings import get_settings
+    from store.db import session_scope
+
+    settings = get_settings()
+    if not settings.status_token:
+        return
+    try:
+        with session_scope(url or settings.database_url) as s:
+            post_status(settings, s, sweep_id)
+    except Exception:  # noqa: BLE001 - see the module docstring: never fails the worker
+        log.exception("commit status of sweep %s not posted", sweep_id)
