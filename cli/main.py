@@ -463,7 +463,7 @@ def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())
 
 
-# --- service mode (issue 5): the API and the workers; imported only inside their commands ------
+# --- service mode: the API and the workers; imported only inside their commands ------
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0 in a container)"),

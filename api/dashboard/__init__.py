@@ -1,4 +1,4 @@
-"""The failure dashboard (issue 8): server-rendered pages over the public query endpoints.
+"""The failure dashboard: server-rendered pages over the public query endpoints.
 
 `router` carries the pages under /dashboard, their static files, and the analysis endpoints
 (api.routes.analysis) the pages read.

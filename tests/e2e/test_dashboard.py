@@ -1,4 +1,4 @@
-"""The dashboard in headless Chromium against a live API over PostgreSQL (issue 8).
+"""The dashboard in headless Chromium against a live API over PostgreSQL.
 
 The seeded sweep (tests/e2e/seed.py) fails only where dtype=bf16 and split_kv >= 16.
 """

@@ -6,7 +6,7 @@ const state = { offset: 0, status: "", label: "" };
 let timer = null;
 
 function commitCell(s) {
-  const sha = s.commit_sha;  // present once CI sweeps (issue 6) carry it
+  const sha = s.commit_sha;  // present on CI sweeps
   return el("td", {},
     s.label ? el("div", {}, s.label) : el("div", { class: "muted" }, "no label"),
     sha ? el("code", { title: sha }, sha.slice(0, 10)) : null,
