@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernels.backend import DEFECTS
@@ -197,7 +197,10 @@ CHUNK = 64   # variants a translation unit instantiates (smaller units spread ov
 
 
 def run_gate(targets: tuple[str, ...] = TARGETS, defect_sets: list[tuple[str, ...]] | None = None,
-             source: KernelSource | None = None, jobs: int | None = None) -> GateReport:
+             source: KernelSource | None = None, jobs: int | None = None,
+             variants: list[Variant] | None = None) -> GateReport:
+    """Compile for `targets` every option set of `defect_sets` (default: none, then each defect
+    alone); `variants` replaces the variant list of every set (tests)."""
     hipcc = hipcc_path()
     if hipcc is None:
         raise FileNotFoundError("hipcc not found (Debian: apt-get install hipcc libamdhip64-dev)")
@@ -214,9 +217,12 @@ def run_gate(targets: tuple[str, ...] = TARGETS, defect_sets: list[tuple[str, ..
         jobs_list = []
         for t in targets:
             for ds in defect_sets:
-                variants = rocm_variants() if not ds else defect_representatives(ds)
-                for i in range(0, len(variants), CHUNK):
-                    jobs_list.append((t, variants[i:i + CHUNK], f"{'-'.join(ds) or 'clean'}-{i // CHUNK}"))
+                if variants is not None:
+                    chosen = [replace(v, defects=ds) for v in variants]
+                else:
+                    chosen = rocm_variants() if not ds else defect_representatives(ds)
+                for i in range(0, len(chosen), CHUNK):
+                    jobs_list.append((t, chosen[i:i + CHUNK], f"{'-'.join(ds) or 'clean'}-{i // CHUNK}"))
         jobs_list.sort(key=lambda j: -len(j[1]))   # the long units first
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
             units = list(pool.map(lambda j: _compile_unit(hipcc, src_dir, work, j[0], j[1], devlibs[j[0]], j[2]),
