@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
     got = summary["commits"]
     checks = {
-        f"B {args.expect_b}s" + (" with new failures" if args.expect_b == "fail" else ""):
+        ("B fails with new failures" if args.expect_b == "fail" else "B passes"):
             got["B"]["verdict"] == args.expect_b and (got["B"]["new_failure_count"] > 0) == (args.expect_b == "fail"),
         "C (the fix) passes": got["C"]["verdict"] == "pass",
         "B's results carry B's bundle hash": got["B"]["result_source_hash"] == got["B"]["source_hash"],
