@@ -163,6 +163,7 @@ class GateReport:
     version: str
     units: list[UnitResult]
     seconds: float
+    generated_isa: tuple[str, ...] = ()   # targets the installed device libraries lack (see above)
 
     @property
     def ok(self) -> bool:
@@ -227,7 +228,8 @@ def run_gate(targets: tuple[str, ...] = TARGETS, defect_sets: list[tuple[str, ..
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
             units = list(pool.map(lambda j: _compile_unit(hipcc, src_dir, work, j[0], j[1], devlibs[j[0]], j[2]),
                                   jobs_list))
-    return GateReport(hipcc, hipcc_version(hipcc), units, time.perf_counter() - t0)
+    return GateReport(hipcc, hipcc_version(hipcc), units, time.perf_counter() - t0,
+                      tuple(t for t, d in devlibs.items() if d is not None))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     targets = tuple(t for t in args.targets.split(",") if t)
     report = run_gate(targets, [()] if args.no_defects else None, jobs=args.jobs)
     print(f"hip-compile: {report.hipcc} ({report.version})")
+    if report.generated_isa:
+        print(f"  {', '.join(report.generated_isa)}: not in the installed device libraries; "
+              "their ISA-version constant generated, the other libraries as installed")
     per_target: dict[str, list[UnitResult]] = {}
     for u in report.units:
         per_target.setdefault(u.target, []).append(u)

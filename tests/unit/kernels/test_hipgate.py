@@ -61,6 +61,7 @@ def test_the_gate_compiles_with_the_hip_backends_options(tmp_path):
     assert "-DATTN_DEFECT_CAUSAL_OFF_BY_ONE=1" in compiled["gfx1030"][
         Variant("i8", 0, 32, defects=("causal_off_by_one",)).name]
     assert report.version.startswith("HIP version")
+    assert "gfx1030" not in report.generated_isa
 
 
 @needs_hipcc
