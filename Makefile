@@ -1,12 +1,13 @@
 # Two set-up commands: `make run` (a real sweep on the embedded default) and `make test`.
 # `make compose-smoke`: the Docker Compose deployment built and run (deploy/smoke/compose_smoke.py).
+# `make hip-compile`: the AMD compile gate alone (kernels/hipgate.py; needs hipcc).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-gpu install lint compose-smoke drills
+.PHONY: run test test-gpu install lint compose-smoke drills hip-compile
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,8 +20,16 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/attnsweep run --samples 50 $(ARGS)
 
+# The AMD compile gate runs first where hipcc is installed (.ci/run installs it).
 test: $(STAMP)
+	@if command -v hipcc >/dev/null 2>&1; then $(PY) -m kernels.hipgate; \
+	else echo "hip-compile: skipped, hipcc not installed (Debian: apt-get install hipcc libamdhip64-dev)"; fi
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
+
+# Every kernel variant the selector picks for ROCm, compiled with hipcc for gfx90a, gfx1030 and
+# gfx1100 through the hip backend's options; prints targets x variants compiled. Never run.
+hip-compile: $(STAMP)
+	$(PY) -m kernels.hipgate $(ARGS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu tests/gpu $(PYTEST_ARGS)

@@ -17,7 +17,7 @@ db_app = typer.Typer(no_args_is_help=True, help="Database schema (Alembic migrat
 app.add_typer(db_app, name="db")
 console = Console(stderr=True)
 
-BACKENDS = ("auto", "cpu", "cuda", "hip")
+BACKENDS = ("auto", "cpu", "cuda", "hip", "hostemu")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -150,7 +150,7 @@ _OPTION_FIELDS = ("samples", "seed", "dtypes", "backend", "label", "max_tokens",
 SAMPLES = typer.Option(50, "--samples", help="configs to run (accepted by every prefilter)")
 SEED = typer.Option(None, "--seed", help="sweep seed (default: the ISO week number)")
 DTYPES = typer.Option("f16,bf16,f32,i8", "--dtypes", help="comma-separated dtypes to sample")
-BACKEND = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip (auto: a usable GPU, else the cpu emulation)")
+BACKEND = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip|hostemu (auto: a usable GPU, else the cpu emulation; hostemu: the kernel source run on the CPU)")
 LABEL = typer.Option(None, "--label", help="a free-text name stored with the sweep (filters and the dashboard show it)")
 MAX_TOKENS = typer.Option(16384, "--max-tokens", help="prefilter: a config is dropped when max(seq_len_q, seq_len_k) * g exceeds this")
 SKV_LIMIT = typer.Option(None, "--splitkv-extra-bytes-limit", help="bytes; default: device memory // 8 in [1, 8] GiB, 1.5 GiB without a GPU")

@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     # HMAC-SHA256 key of X-Hub-Signature-256; unset means the webhook refuses every delivery.
     webhook_secret: str = ""
     ci_samples: int = Field(default=500, ge=1)
-    ci_backend: Literal["auto", "cpu", "cuda", "hip"] = "auto"
+    ci_backend: Literal["auto", "cpu", "cuda", "hip", "hostemu"] = "auto"
     # One fixed seed, so every commit is swept on the same configs and a pull request's
     # failures can be compared config by config with its base branch's.
     ci_seed: int = Field(default=1, ge=0)

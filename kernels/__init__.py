@@ -1,4 +1,4 @@
-"""Kernel backends (cpu emulation, CUDA, HIP), their variants and the compile cache.
+"""Kernel backends (cpu emulation, CUDA, HIP, hostemu), their variants and the compile cache.
 
 Importing this package imports no GPU runtime: kernels.cuda and kernels.hip (and through them
 cuda-python and hip-python) load only when get_backend chooses them.

@@ -48,6 +48,12 @@ STICKY_ERRORS = frozenset({
 })
 
 
+def hip_compile_options(arch: str, variant: Variant) -> list[str]:
+    """What hiprtc gets for `variant` on `arch` (gfx90a, gfx1100...); kernels/hipgate.py hands
+    hipcc the same options, so the AMD compile gate compiles what would run."""
+    return [f"--offload-arch={arch}", "-std=c++17", "-O3", *variant.macro_options()]
+
+
 class HipBackend(DeviceBackend):
     name = "hip"
 
@@ -114,7 +120,7 @@ class HipBackend(DeviceBackend):
 
     # -- compile and load -----------------------------------------------------------------------
     def compile_options(self, variant: Variant) -> list[str]:
-        return [f"--offload-arch={self.arch}", "-std=c++17", "-O3", *variant.macro_options()]
+        return hip_compile_options(self.arch, variant)
 
     def _program_log(self, prog: Any) -> str:
         rtc = self._rtc

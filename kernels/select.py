@@ -1,4 +1,5 @@
-"""Pick a backend by name: `auto` takes the first usable of cuda, hip, then the cpu emulation.
+"""Pick a backend by name: `auto` takes the first usable of cuda, hip, then the cpu emulation;
+`hostemu` (kernels/hostemu.py) only when named.
 
 Each runtime is imported only when its backend is tried, so choosing `cpu` never touches
 cuda-python or hip-python, and `auto` on a machine without GPUs falls through quietly.
@@ -10,7 +11,8 @@ from typing import Callable
 from kernels.backend import Backend, BackendUnavailable
 from kernels.source import KernelSource
 
-BACKEND_NAMES = ("auto", "cpu", "cuda", "hip")
+BACKEND_NAMES = ("auto", "cpu", "cuda", "hip", "hostemu")
+# hostemu (the real source on the CPU, slow) is chosen by name only: auto never picks it.
 AUTO_ORDER = ("cuda", "hip", "cpu")
 
 
@@ -32,7 +34,13 @@ def _cpu(defects: frozenset[str], source: KernelSource | None = None) -> Backend
     return CpuEmulationBackend(defects, source=source)
 
 
-FACTORIES: dict[str, Callable[..., Backend]] = {"cuda": _cuda, "hip": _hip, "cpu": _cpu}
+def _hostemu(defects: frozenset[str], source: KernelSource | None = None) -> Backend:
+    from kernels.hostemu import HostEmuBackend
+
+    return HostEmuBackend(defects, source=source)
+
+
+FACTORIES: dict[str, Callable[..., Backend]] = {"cuda": _cuda, "hip": _hip, "cpu": _cpu, "hostemu": _hostemu}
 
 
 def _make(factory: Callable[..., Backend], defects: frozenset[str], source: KernelSource | None) -> Backend:
@@ -42,7 +50,7 @@ def _make(factory: Callable[..., Backend], defects: frozenset[str], source: Kern
 
 def get_backend(name: str = "auto", defects: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
                 source: KernelSource | None = None) -> Backend:
-    """The backend called `name` ("auto", "cpu", "cuda", "hip") compiled with `defects`, from
+    """The backend called `name` ("auto", "cpu", "cuda", "hip", "hostemu") compiled with `defects`, from
     `source` (a bundle of kernels/src at some revision; None: the local kernels/src).
 
     Raises BackendUnavailable when a named GPU backend cannot run here (auto never does: it

@@ -58,7 +58,7 @@ RANGE_KEYS = tuple(DEFAULT_RANGES)
 # Fields that must stay within a hard limit of the config model, whatever the override says.
 _RANGE_MAX = {"head_dim_qk": MAX_HEAD_DIM, "head_dim_v": MAX_HEAD_DIM, **{c: 1 for c in COIN_FIELDS}}
 
-Backend = Literal["auto", "cpu", "cuda", "hip"]
+Backend = Literal["auto", "cpu", "cuda", "hip", "hostemu"]
 DtypeName = Literal["f16", "bf16", "f32", "i8"]
 
 

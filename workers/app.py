@@ -32,8 +32,9 @@ SWEEP_PRIORITY = 6   # nightly and other API sweeps
 
 
 def queue_kind(backend: str) -> str:
-    """SPEC §8: backend cpu -> the cpu queue; auto, cuda, hip -> the GPU queue."""
-    return "cpu" if backend == "cpu" else "gpu"
+    """SPEC §8: backend cpu -> the cpu queue; auto, cuda, hip -> the GPU queue. hostemu runs on
+    the CPU too, so it goes to the cpu queue."""
+    return "cpu" if backend in ("cpu", "hostemu") else "gpu"
 
 
 def transport_options(settings: Settings) -> dict[str, Any]:

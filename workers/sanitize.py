@@ -51,6 +51,9 @@ def check_request(tool: str | None, backend: str, share: float = 1.0) -> None:
     if backend == "cpu":
         raise ValueError("sanitize: the cpu backend emulates the kernels in numpy and runs no GPU code to "
                          "check; use --backend cuda")
+    if backend == "hostemu":
+        raise ValueError("sanitize: the hostemu backend runs the kernels on the CPU and no GPU code to "
+                         "check; use --backend cuda")
     if backend == "hip":
         raise ValueError("sanitize: unsupported on hip: compute-sanitizer is NVIDIA's, and ROCm's sanitizers "
                          "are not integrated; use --backend cuda")

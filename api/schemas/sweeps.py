@@ -33,7 +33,7 @@ class SweepCreate(SweepSpec):
     @model_validator(mode="after")
     def _configs_or_samples(self) -> "SweepCreate":
         problems = []
-        if self.sanitize and self.backend in ("cpu", "hip"):
+        if self.sanitize and self.backend in ("cpu", "hip", "hostemu"):
             from workers.sanitize import check_request
 
             try:

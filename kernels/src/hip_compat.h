@@ -27,7 +27,19 @@
 #define __HIP_PLATFORM_AMD__ 1
 #endif
 #include <hip/hip_fp16.h>
+// __hip_bfloat16 and its conversions come with hip/hip_bf16.h (ROCm 5.7 on). Older ROCm (HIP 5.2
+// of Debian's hipcc, say) has only hip/hip_bfloat16.h: its hip_bfloat16 is the same 16 bits with
+// the same round-to-nearest-even conversion, under other names, which are mapped here.
+#if __has_include(<hip/hip_bf16.h>)
 #include <hip/hip_bf16.h>
+#elif __has_include(<hip/hip_bfloat16.h>)
+#include <hip/hip_bfloat16.h>
+typedef hip_bfloat16 __hip_bfloat16;
+__device__ __forceinline__ float __bfloat162float(hip_bfloat16 x) { return static_cast<float>(x); }
+__device__ __forceinline__ hip_bfloat16 __float2bfloat16(float x) { return hip_bfloat16(x); }
+#else
+#error "hip_compat.h: neither hip/hip_bf16.h nor hip/hip_bfloat16.h found: the kernels need ROCm 5.2 or newer"
+#endif
 #define ATTN_PLATFORM_NAME "hip-amd"
 #define ATTN_SHFL_XOR(x, m) __shfl_xor((x), (m))
 

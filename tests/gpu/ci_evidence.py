@@ -1,6 +1,7 @@
 """GPU evidence for CI integration: a pull request that breaks the kernels fails its check, the fix passes.
 
     python tests/gpu/ci_evidence.py --out $OUT [--backend cuda] [--samples 300] [--defect floor_blocks_per_split]
+    python tests/gpu/ci_evidence.py --out $OUT --backend hostemu --edit grouped_last_key --spec '{...}'
 
 In a temporary git repository holding kernels/ copied from this checkout it commits
   A  the kernels as they are, on main;
@@ -12,7 +13,10 @@ pull_request event for B and one for C (base: main). After each delivery the tas
 published are taken off the in-memory queue and run by the worker's own code
 (workers.execute.execute_batch) in --jobs local processes, on --backend. On cuda the defect comes
 from the compiled source itself; on cpu (to check the script without a GPU) the emulation reads
-the switch from the bundle's #define lines. It prints each verdict and B's new failures, redelivers
+the switch from the bundle's #define lines. With --edit NAME, B makes a hand-made change of
+tests/unit/ci/hooks.py HAND_EDITS instead (no switch: the kernels' arithmetic edited) and C
+restores A's source; the hostemu backend runs the source itself on the CPU and must fail B, the
+cpu backend's numpy model cannot see it (--expect-b pass states that). It prints each verdict and B's new failures, redelivers
 B's delivery to show the replay starts nothing, and writes summary.json and B's JUnit XML under
 --out. Exit status 0 when B fails with new failures and C passes.
 
@@ -36,7 +40,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.unit.ci.hooks import KernelRepo, deliver, pr_payload, push_payload, with_defects, without_defects  # noqa: E402
+from tests.unit.ci.hooks import (  # noqa: E402
+    HAND_EDITS,
+    KernelRepo,
+    deliver,
+    hand_edit,
+    pr_payload,
+    push_payload,
+    with_defects,
+    without_defects,
+)
 
 REPOSITORY = "attnsweep/ci-evidence"
 _settings_cache: dict[str, Any] = {}
@@ -97,10 +110,14 @@ def _brief(failure: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--backend", choices=("cuda", "hip", "cpu"), default="cuda")
+    ap.add_argument("--backend", choices=("cuda", "hip", "cpu", "hostemu"), default="cuda")
     ap.add_argument("--samples", type=int, default=300, help="configs per CI sweep (default distribution)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--defect", default="floor_blocks_per_split", help="the switch commit B turns on")
+    ap.add_argument("--edit", choices=sorted(HAND_EDITS), default=None,
+                    help="B makes this hand-made source change instead of turning a switch on")
+    ap.add_argument("--spec", type=json.loads, default={}, help="ATTNSWEEP_CI_SPEC: dtypes, ranges... (JSON)")
+    ap.add_argument("--expect-b", choices=("fail", "pass"), default="fail", help="the verdict B must get")
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--batch", type=int, default=8, help="configs per task (ATTNSWEEP_TASK_BATCH_SIZE)")
     args = ap.parse_args(argv)
@@ -118,20 +135,28 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="attnsweep-ci-evidence-"))
     repo = KernelRepo(work / "kernel-repo", full=True)
     a = repo.commit("A: the kernels of this checkout")
-    b = repo.commit(f"B: turn on {args.defect}", with_defects(args.defect), branch="feature")
-    c = repo.commit(f"C: fix {args.defect}", without_defects)
-    print(f"kernel repository {repo.path}: A={a[:12]} (main), B={b[:12]}, C={c[:12]} (feature)", flush=True)
+    original = repo.entry.read_text()
+    change = f"hand edit {args.edit}" if args.edit else args.defect
+    if args.edit:
+        b = repo.commit(f"B: {change}", hand_edit(args.edit), branch="feature")
+        c = repo.commit(f"C: revert {change}", lambda _text: original)
+    else:
+        b = repo.commit(f"B: turn on {args.defect}", with_defects(args.defect), branch="feature")
+        c = repo.commit(f"C: fix {args.defect}", without_defects)
+    print(f"kernel repository {repo.path}: A={a[:12]} (main), B={b[:12]} ({change}), C={c[:12]} (feature)", flush=True)
 
     secret = secrets.token_hex(16)
     db = f"sqlite:///{work / 'attnsweep.db'}"
     upgrade(db)
     settings = Settings(database_url=db, broker_url="memory://", queue_prefix=f"ev{uuid.uuid4().hex[:8]}-",
                         webhook_secret=secret, kernel_repo=str(repo.path), kernel_repo_cache=work / "mirrors",
-                        ci_samples=args.samples, ci_backend=args.backend, ci_seed=args.seed, task_batch_size=args.batch)
+                        ci_samples=args.samples, ci_backend=args.backend, ci_seed=args.seed, task_batch_size=args.batch,
+                        ci_spec=args.spec)
     steps = [("A", "push", a, push_payload(REPOSITORY, "main", a)),
              ("B", "pull_request", b, pr_payload(REPOSITORY, 1, "feature", b, "main", a, action="opened")),
              ("C", "pull_request", c, pr_payload(REPOSITORY, 1, "feature", c, "main", a, action="synchronize"))]
     summary: dict[str, Any] = {"backend": args.backend, "samples": args.samples, "seed": args.seed, "defect": args.defect,
+                               "edit": args.edit, "spec": args.spec,
                                "jobs": args.jobs, "commits": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     deliveries: dict[str, str] = {}
     ctx = mp.get_context("spawn")  # a forked child would inherit a broken CUDA context
@@ -174,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
 
     got = summary["commits"]
     checks = {
-        "B fails with new failures": got["B"]["verdict"] == "fail" and got["B"]["new_failure_count"] > 0,
+        ("B fails with new failures" if args.expect_b == "fail" else "B passes"):
+            got["B"]["verdict"] == args.expect_b and (got["B"]["new_failure_count"] > 0) == (args.expect_b == "fail"),
         "C (the fix) passes": got["C"]["verdict"] == "pass",
         "B's results carry B's bundle hash": got["B"]["result_source_hash"] == got["B"]["source_hash"],
         "A and C are one bundle": got["A"]["source_hash"] == got["C"]["source_hash"] != got["B"]["source_hash"],

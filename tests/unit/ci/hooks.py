@@ -58,6 +58,28 @@ def with_defects(*names: str) -> Callable[[str], str]:
     return edit
 
 
+# Hand-made changes to the kernels' arithmetic that no defect switch describes: the cpu backend's
+# numpy model cannot see them, the hostemu backend (the source itself on the CPU) must.
+HAND_EDITS = {
+    # The grouped kernel's last key: `last_key + 1` -> `last_key`, so the newest key of every
+    # batch entry (L_b, SPEC §3) is never attended on the grouped path (f16/bf16/f32, dims <= 256).
+    "grouped_last_key": ("    const int key_end = min(blk_end * BLOCK_N, last_key + 1);\n",
+                         "    const int key_end = min(blk_end * BLOCK_N, last_key);   // hand-made bug\n"),
+}
+
+
+def hand_edit(name: str) -> Callable[[str], str]:
+    """An edit making HAND_EDITS[name]'s change at its first place (the grouped kernel's)."""
+    old, new = HAND_EDITS[name]
+
+    def edit(text: str) -> str:
+        if old not in text:
+            raise ValueError(f"hand edit {name}: the line it changes is not in the source: {old.strip()}")
+        return text.replace(old, new, 1)
+
+    return edit
+
+
 def without_defects(text: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#define ATTN_DEFECT_"))
 

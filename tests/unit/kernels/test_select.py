@@ -130,3 +130,26 @@ def test_cuda_without_cuda_python_is_unavailable(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda", None)
     with pytest.raises(BackendUnavailable, match="cuda-python is not installed"):
         kernels.get_backend("cuda")
+
+
+def test_hostemu_is_chosen_by_name_only():
+    assert "hostemu" in select.BACKEND_NAMES and "hostemu" not in select.AUTO_ORDER
+    from kernels.hostemu import HostEmuBackend
+
+    backend = kernels.get_backend("hostemu", {"causal_off_by_one"})
+    assert isinstance(backend, HostEmuBackend) and backend.defects == frozenset({"causal_off_by_one"})
+    assert backend.device_info().backend == "hostemu" and not backend.waits_on_device
+    assert kernels.get_backend("auto").name != "hostemu"
+
+
+def test_hostemu_refuses_configs_too_large_to_emulate():
+    from attnconfig import AttentionConfig
+    from kernels.backend import NotApplicable
+    from kernels.hostemu import MAX_WORK, emulated_work
+
+    big = AttentionConfig(dtype="f16", g=4, seq_len_q=512, seq_len_k=65536, num_heads_q=32, num_heads_kv=8,
+                          head_dim_qk=128, head_dim_v=128)
+    assert emulated_work(big) > MAX_WORK
+    with pytest.raises(NotApplicable) as e:
+        kernels.get_backend("hostemu").prepare(big)
+    assert e.value.reason == "hostemu_too_large" and "ATTNSWEEP_HOSTEMU_MAX_WORK" in e.value.detail

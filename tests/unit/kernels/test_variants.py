@@ -1,25 +1,21 @@
 """Kernel variants: naming and bucketing, launch plans, and the kernel source itself run on the host.
 
-The second half compiles kernels/src/attention.hip with g++ (hip_compat.h's host-emulation
-branch: std::threads stand in for one thread block) and drives it through the very
-`DeviceBackend.run` the CUDA and HIP backends use — buffers, NaN prefill, strides, argument
+The second half runs kernels/src/attention.hip on the `hostemu` backend (kernels/hostemu.py: g++
+and hip_compat.h's host-emulation branch, std::threads standing in for one thread block), which
+drives it through the very `DeviceBackend.run` the CUDA and HIP backends use — buffers, NaN prefill, strides, argument
 packing, the combine — so the kernels' arithmetic, guards and defect switches are tested on a
 machine without a GPU. tests/gpu/ repeats the matrix on a real GPU.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import itertools
 import shutil
-import subprocess
-import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+import kernels.hostemu
 from attnconfig import AttentionConfig
 from attnconfig.footprint import splitkv_extra_bytes
 from kernels.backend import DEFECTS, CompileError, DeviceInfo, NotApplicable
@@ -28,9 +24,6 @@ from kernels.variants import (
     GENERAL_BUCKET,
     HEAD_DIM_BUCKETS,
     SRC_DIR,
-    Compiled,
-    DeviceBackend,
-    Launch,
     Variant,
     combine_launch,
     defect_macro,
@@ -175,105 +168,12 @@ GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not found: the host emulation needs a C++20 compiler")
 
 
-HOST_EMU_MAX_SHARED = 232448   # host_emu.h's attn_mma_smem (sm_90's opt-in maximum)
-
-
-class HostEmuBackend(DeviceBackend):
-    """DeviceBackend whose 'device' is host memory and whose compiler is g++ (tests only)."""
-
-    name = "hostemu"
-    arch = "host"
+class HostEmuBackend(kernels.hostemu.HostEmuBackend):
+    """The hostemu backend with the tests' defaults: no disk cache unless one is given, and no
+    size limit (every case here is small)."""
 
     def __init__(self, defects=frozenset(), cache=None, mma=False):
-        super().__init__(frozenset(defects), cache=cache or KernelCache(enabled=False))
-        self.mma_capable = mma   # the tensor-core kernel, its NVIDIA instructions emulated (host_emu.h)
-        self._mem: dict[int, np.ndarray] = {}
-        self._tmp = Path(tempfile.mkdtemp(prefix="attn-hostemu-"))
-
-    def device_info(self) -> DeviceInfo:
-        return DeviceInfo("hostemu", "host emulation of attention.hip", None, "", self.compiler_version(), "host")
-
-    def compiler_version(self) -> str:
-        return subprocess.run([GXX, "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
-
-    def compile_options(self, variant: Variant) -> list[str]:
-        return ["-std=c++20", "-O1", "-pthread", "-shared", "-fPIC", "-DATTN_HOST_EMULATION",
-                *variant.macro_options()]
-
-    def _rt_compile(self, variant: Variant, options: list[str]) -> Compiled:
-        entry = self._tmp / f"{variant.name}.cpp"
-        entry.write_text(
-            '#include "attention.hip"\n'
-            'extern "C" void emu_launch(int which, void** p, unsigned gx, unsigned gy, unsigned gz, unsigned nt,\n'
-            '                           unsigned shared) {\n'
-            f'  if (which == 0) attn_emu_launch(&{variant.fwd_expr}, p, gx, gy, gz, nt, shared);\n'
-            f'  else attn_emu_launch(&{variant.combine_expr}, p, gx, gy, gz, nt, shared);\n'
-            '}\n')
-        out = self._tmp / f"{variant.name}.so"
-        proc = subprocess.run([GXX, *options, "-I", str(SRC_DIR), "-x", "c++", str(entry), "-o", str(out)],
-                              capture_output=True, text=True)
-        if proc.returncode:
-            raise CompileError(f"g++ failed on {variant.name}", log=proc.stderr)
-        return Compiled(out.read_bytes(), {variant.fwd_expr: "0", variant.combine_expr: "1"}, proc.stderr)
-
-    def _rt_load(self, compiled: Compiled):
-        path = self._tmp / f"mod-{hashlib.sha1(compiled.binary).hexdigest()}.so"
-        if not path.exists():   # never rewrite a library that may be mapped already
-            path.write_bytes(compiled.binary)
-        lib = ctypes.CDLL(str(path))
-        lib.emu_launch.argtypes = [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_uint] * 5
-        return lib
-
-    def _rt_get_function(self, module, lowered_name: str):
-        return (module, int(lowered_name))
-
-    def _rt_activate(self) -> None:
-        pass
-
-    def _rt_allow_shared(self, function, nbytes: int) -> None:
-        if nbytes > HOST_EMU_MAX_SHARED:
-            raise NotImplementedError(f"hostemu: {nbytes} B of dynamic shared memory > {HOST_EMU_MAX_SHARED}")
-
-    def _rt_malloc(self, nbytes: int) -> int:
-        arr = np.empty(nbytes + 64, dtype=np.uint8)
-        addr = (arr.ctypes.data + 63) // 64 * 64
-        self._mem[addr] = arr
-        return addr
-
-    def _rt_free(self, dptr: int) -> None:
-        del self._mem[dptr]
-
-    def _rt_htod(self, dptr: int, host: np.ndarray) -> None:
-        host = np.ascontiguousarray(host)
-        ctypes.memmove(dptr, host.ctypes.data, host.nbytes)
-
-    def _rt_dtoh(self, host: np.ndarray, dptr: int) -> None:
-        ctypes.memmove(host.ctypes.data, dptr, host.nbytes)
-
-    def _rt_memset(self, dptr: int, elem_size: int, pattern: int, count: int) -> None:
-        dtype = {1: np.uint8, 2: np.uint16, 4: np.uint32}[elem_size]
-        np.frombuffer((ctypes.c_char * (count * elem_size)).from_address(dptr), dtype=dtype)[:] = pattern
-
-    def _rt_launch(self, function, launch: Launch) -> None:
-        lib, which = function
-        params, keep = pack_kernel_params(launch.args)
-        lib.emu_launch(which, ctypes.addressof(params), *launch.grid, launch.block[0], launch.shared_bytes)
-        del keep
-
-    def _rt_event_pair(self):
-        return [0.0], [0.0]
-
-    def _rt_record(self, event) -> None:
-        event[0] = time.perf_counter()
-
-    def _rt_elapsed_s(self, start, stop) -> float:
-        return stop[0] - start[0]
-
-    def _rt_event_destroy(self, event) -> None:
-        pass
-
-    def _rt_malloc_total(self) -> int:
-        return sum(a.nbytes for a in self._mem.values())
+        super().__init__(frozenset(defects), cache=cache or KernelCache(enabled=False), mma=mma, limits=False)
 
 
 @pytest.fixture(scope="module")
