@@ -24,7 +24,7 @@ import shlex
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from attnconfig import AttentionConfig, parse_config
+from attnconfig import parse_config
 from ci.notify import sweep_ended
 from core.settings import Settings
 from kernels.source import KernelSource
