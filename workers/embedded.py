@@ -299,7 +299,6 @@ def _dispatch(ctx: mp.context.BaseContext, specs: list[WorkerSpec], todo: list[d
     slots: list[_Slot] = []
     kill_after = limits.config_s + limits.grace_s + KILL_MARGIN_S if limits.config_s > 0 else None
     left = len(todo)
-    name_of = {spec: spec.name for spec in specs}
     try:
         slots = [_Slot(ctx, spec) for spec in specs]
         while left and not stop.is_set():
@@ -318,7 +317,7 @@ def _dispatch(ctx: mp.context.BaseContext, specs: list[WorkerSpec], todo: list[d
                         break
                     if kind == "broken":
                         raise RuntimeError(payload)
-                    out.put((payload, name_of[slot.spec]))
+                    out.put((payload, slot.spec.name))
                     slot.current = None
                     left -= 1
                     replace = replace or exiting
