@@ -1,6 +1,8 @@
 """Reading compute-sanitizer's reports, and who may ask for them."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from workers.sanitize import check_request, parse_findings
@@ -23,6 +25,9 @@ RACECHECK = """\
 ========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)
 """
 CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+# compute-sanitizer 2025.3.1's racecheck on an H100, as it printed them (the singular "hazard",
+# the result line between the reports and the summary): docs/evidence/gpu-2026-12-06-h100-faults/.
+EVIDENCE = Path(__file__).resolve().parents[3] / "docs" / "evidence" / "gpu-2026-12-06-h100-faults"
 
 
 def test_findings_are_counted_from_the_summaries_and_the_first_reports_kept():
@@ -34,6 +39,15 @@ def test_findings_are_counted_from_the_summaries_and_the_first_reports_kept():
     assert count == 1   # the warning is shown, not counted
     assert reports[0].startswith("Error: Race reported between Write access")
     assert parse_findings(CLEAN) == (0, [])
+
+
+def test_racecheck_output_of_a_real_run_is_read():
+    race = (EVIDENCE / "racecheck-raw-missing_barrier.txt").read_text()
+    count, reports = parse_findings(race)
+    assert count == 1
+    assert reports[0].startswith("Error: Race reported between Write access at void attn_splitkv_combine")
+    assert not any(r.startswith("ATTNSWEEP-SANITIZED-RESULT") for r in reports)
+    assert parse_findings((EVIDENCE / "racecheck-raw-clean.txt").read_text()) == (0, [])
 
 
 @pytest.mark.parametrize("tool, backend, share, rule", [
