@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-gpu install lint compose-smoke drills hip-compile
+.PHONY: run test test-gpu install lint compose-smoke drills hip-compile tools-test
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,3 +44,8 @@ compose-smoke:
 # API and two workers on free loopback ports; one table row per drill.
 drills: $(STAMP)
 	$(PY) -m drills $(ARGS)
+
+# The checks of tools/ (tools/tests: sass_diff's normalization, run as a command); tools are no
+# part of the product, so `make test` leaves them out.
+tools-test: $(STAMP)
+	$(PY) -m pytest -q tools/tests $(PYTEST_ARGS)

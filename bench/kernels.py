@@ -289,7 +289,7 @@ def main() -> None:
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-split scan")
     ap.add_argument("--flush", default="read", choices=("read", "write"),
                     help="how L2 is flushed between calls: read a buffer (clean L2) or write one (the "
-                         "first sessions' way: the next kernel pays the dirty lines' write-back)")
+                         "next kernel pays the dirty lines' write-back, as in the runs of 2026-12-03)")
     ap.add_argument("--path", default="auto", choices=("auto", "mma", "grouped", "rowwise"),
                     help="our kernel path (auto: mma on sm_80+ where it applies)")
     a = ap.parse_args()

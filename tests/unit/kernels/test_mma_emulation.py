@@ -11,10 +11,13 @@ tests/gpu runs the same kernel on the hardware.
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from bench.gpu_suite import gpu_suite
 from kernels.cache import KernelCache
 from kernels.variants import MMA_DECODE_ROWS, select_variant
 
@@ -234,8 +237,18 @@ def test_mma_prefill_with_128_key_tiles_on_host(mma_emu, monkeypatch, case):
     _check_against_reference(c, inputs, out, prepared.block_n, TOL[c.dtype])
 
 
+def _gpu_suite():
+    """tests/gpu/test_cuda_backend.py, loaded by its path (tests/gpu is no package), once."""
+    name = "attnsweep_gpu_suite"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[2] / "gpu/test_cuda_backend.py")
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 # tests/gpu/test_cuda_backend.py's cases and checks (its GPU tests do not run here)
-GPU_SUITE = gpu_suite()
+GPU_SUITE = _gpu_suite()
 # One config per feature of the GPU suite's matrix (f16 and bf16 in turn), made eligible for the
 # mma path as the GPU suite does (as_mma), and its mma corner cases, all but the few whose key
 # tiles would take the emulation more than a few seconds (a 16-row tile by 64 keys by the head

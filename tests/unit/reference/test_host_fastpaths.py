@@ -4,8 +4,7 @@ Each shortcut (table widening, integer rounding, cache-sized slices of the metri
 written in place instead of scattered, row maxima before the division) is pinned here to the
 straightforward formula it replaced, bit for bit, on small random cases and on the edges: NaN,
 inf and -inf, signed zeros, subnormals, halfway points, fully masked rows, empty splits, every
-dtype, bias, causal and prefix-causal masks and ragged KV caches. bench/host_phases.py compares
-the whole host path with git HEAD's over sampled sweeps.
+dtype, bias, causal and prefix-causal masks and ragged KV caches.
 """
 import ml_dtypes
 import numpy as np

@@ -1,16 +1,16 @@
 """Measure the mma path's decode shape on the GPU: keys per tile, warps per tile and blocks per
 SM (kernels/variants.py MMA_DECODE_SHAPES), with the automatic split sized to each.
 
-    python bench/tune_mma.py --out $OUT [--iters 20] [--dtypes f16]
+    python tools/tune_mma.py --out $OUT [--iters 20] [--dtypes f16]
 
 Prints µs and TB/s per shape for every setting and, per head-dim class, the setting with the
 best geometric mean; MMA_DECODE_SHAPES comes from this table.
 
-    python bench/tune_mma.py --prefill [--settings 64:64:1,128:64:1] [--prefill-dims 64,128]
+    python tools/tune_mma.py --prefill [--settings 64:64:1,128:64:1] [--prefill-dims 64,128]
 
 times bench/kernels.py's prefill cases (4096 x 4096, 32 heads, D = 128 or --prefill-dims, causal and not) instead,
-in TFLOP/s, for settings block_m:tile_n:min_blocks[:row_tiles] (one key group; a warp per
-row_tiles 16-row tiles, 1 by default; kernels/variants.py mma_shape, MMA_PREFILL_ROW_TILES).
+in TFLOP/s, for settings block_m:tile_n:min_blocks (one key group; a warp per 16-row tile;
+the kernels' mma_shape and MMA_PREFILL_TABLE).
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.tuning import DecodeBench  # noqa: E402
+from tools.tuning import DecodeBench  # noqa: E402
 
-# head-dim class (dqk + dv up to) -> its decode shapes, and the settings tried:
+# head-dim class (dqk + dv up to) -> its decode shapes, and the settings to measure:
 # (tile_n, key_groups, min_blocks)
 CLASSES = {
     128: ([(32, 32, 8, 2048, 64), (8, 32, 8, 32768, 64), (1, 8, 1, 65536, 64)],
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--define", action="append", default=[], help="a compile option for every setting (-DX=Y)")
     ap.add_argument("--settings", help="only these settings, tile_n:key_groups:min_blocks,... (default: the class's)")
     ap.add_argument("--prefill", action="store_true",
-                    help="the prefill cases; settings block_m:tile_n:min_blocks[:row_tiles]")
+                    help="the prefill cases; settings block_m:tile_n:min_blocks")
     ap.add_argument("--prefill-dims", default="128", help="head dims of the prefill cases (qk = v)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -79,22 +79,20 @@ def main() -> None:
     (a.out / "tune_mma.json").write_text(json.dumps(rows, indent=2))
 
 
-PREFILL_SETTINGS = [(64, 64, 1, 1), (128, 64, 1, 2), (128, 32, 1, 2), (128, 64, 1, 1), (64, 128, 1, 1),
-                    (64, 32, 1, 1)]
+PREFILL_SETTINGS = [(64, 64, 1), (128, 64, 1), (64, 128, 1), (64, 32, 1)]
 
 
 def tune_prefill(a: argparse.Namespace) -> None:
-    settings = ([(*map(int, x.split(":")), 1)[:4] for x in a.settings.split(",")] if a.settings
+    settings = ([tuple(map(int, x.split(":"))) for x in a.settings.split(",")] if a.settings
                 else PREFILL_SETTINGS)
     bench = DecodeBench([], a.dtypes.split(","), a.iters, prefill=True,
                         prefill_dims=tuple(map(int, a.prefill_dims.split(","))))
     rows = []
-    for block_m, tile_n, minb, row_tiles in settings:
-        def shape(v, block_m=block_m, tile_n=tile_n, minb=minb, row_tiles=row_tiles):
-            return dataclasses.replace(v, block_m=block_m, threads=2 * block_m // row_tiles, tile_n=tile_n,
-                                       min_blocks=minb, row_tiles=row_tiles)
+    for block_m, tile_n, minb in settings:
+        def shape(v, block_m=block_m, tile_n=tile_n, minb=minb):
+            return dataclasses.replace(v, block_m=block_m, threads=2 * block_m, tile_n=tile_n, min_blocks=minb)
 
-        setting = {"block_m": block_m, "tile_n": tile_n, "min_blocks": minb, "row_tiles": row_tiles,
+        setting = {"block_m": block_m, "tile_n": tile_n, "min_blocks": minb,
                    **({"defines": " ".join(a.define)} if a.define else {})}
         try:
             rows.append(bench.measure(setting, a.define, "mma", variant_map=shape))

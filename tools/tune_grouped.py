@@ -1,7 +1,7 @@
 """Measure the grouped path's tuning knobs on the GPU: minimum blocks per SM (the register
 budget), rows a thread loads before using them, and query rows per block.
 
-    python bench/tune_grouped.py --out $OUT [--iters 20]
+    python tools/tune_grouped.py --out $OUT [--iters 20]
 
 Prints µs and TB/s per shape for every setting and the setting with the best geometric mean;
 the defaults in kernels/src/attention.hip and kernels/variants.py come from this table.
@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import kernels.variants as variants  # noqa: E402
-from bench.tuning import DecodeBench  # noqa: E402
+from tools.tuning import DecodeBench  # noqa: E402
 
 SHAPES = [(8, 32, 8, 32768, 128), (1, 8, 1, 65536, 128), (4, 32, 32, 16384, 128), (16, 64, 8, 8192, 128),
           (8, 32, 8, 32768, 256)]

@@ -1,7 +1,7 @@
 """Run one decode shape through our kernels a few times, for a profiler to watch.
 
     ncu --kernel-name regex:attn_splitkv --launch-skip 2 --launch-count 2 --set full \\
-        python bench/profile_shape.py 16,64,8,8192,128 [--dtype f16] [--split 0] [--path auto]
+        python tools/profile_shape.py 16,64,8,8192,128 [--dtype f16] [--split 0] [--path auto]
 
 The shape `prefill` (or `prefill-causal`) is bench/kernels.py's prefill case (4096 x 4096, 32
 heads, D = 128). split 0: the automatic count. Prints the variant and split that ran and the

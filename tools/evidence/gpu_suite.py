@@ -1,6 +1,6 @@
 """tests/gpu/test_cuda_backend.py's cases and checks (CASES, MMA_CASES, random_configs, as_mma,
-check_run, ...) for code outside that test module: bench/gpu_evidence.py, bench/emulate_mma.py and
-the host-emulation tests. tests/gpu is no package, so the module is loaded by its path, once."""
+check_run, ...) for tools/evidence/gpu_evidence.py. tests/gpu is no package, so the module is
+loaded by its path, once."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_by_path(name: str, path: Path) -> ModuleType:

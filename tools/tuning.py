@@ -1,4 +1,4 @@
-"""What bench/tune_grouped.py and bench/tune_mma.py share: decode (or prefill) cases and their inputs on the
+"""What tools/tune_grouped.py and tools/tune_mma.py share: decode (or prefill) cases and their inputs on the
 GPU, a backend that compiles with extra -D macros (or another variant) on a forced kernel path,
 and the timing of one setting (µs per shape, geometric mean of effective TB/s)."""
 from __future__ import annotations

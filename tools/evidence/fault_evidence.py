@@ -1,7 +1,7 @@
 """Evidence on a GPU that faults stay with their configs: default sweeps with each fault defect.
 
-    python3 tests/gpu/fault_evidence.py sweeps --samples 300 --seed 7 --jobs 16 --out DIR
-    python3 tests/gpu/fault_evidence.py sanitize --samples 300 --share 0.4 --seed 7 --jobs 16 --out DIR
+    python3 tools/evidence/fault_evidence.py sweeps --samples 300 --seed 7 --jobs 16 --out DIR
+    python3 tools/evidence/fault_evidence.py sanitize --samples 300 --share 0.4 --seed 7 --jobs 16 --out DIR
 
 `sweeps` runs `attnsweep run --backend cuda` on the same sampled configs without a defect and
 with each of oob_store, oob_store_small, missing_barrier and hang (the last with --time-limit),

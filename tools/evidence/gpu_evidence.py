@@ -14,9 +14,9 @@ Every sweep runs through `attnsweep run` itself (embedded store, a local process
 is measured is what users run; each writes metrics-<name>.csv.gz (one line per config) for
 pooling. Prints tables, writes evidence-<steps>.json in --out.
 
-    python bench/gpu_evidence.py --steps sweep,defects,sdpa --sweep 2000 --jobs 16 --out $OUT
-    python bench/gpu_evidence.py --steps calibrate --calibrate 4000 --part 1 --out $OUT
-    python bench/gpu_evidence.py --steps pool --out docs/evidence/run --pool-from other/dir
+    python tools/evidence/gpu_evidence.py --steps sweep,defects,sdpa --sweep 2000 --jobs 16 --out $OUT
+    python tools/evidence/gpu_evidence.py --steps calibrate --calibrate 4000 --part 1 --out $OUT
+    python tools/evidence/gpu_evidence.py --steps pool --out docs/evidence/run --pool-from other/dir
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from attnconfig.outcomes import OUTCOMES  # noqa: E402
@@ -130,7 +130,7 @@ def step_sdpa(a) -> list[dict]:
     """Final outputs of our cuda backend against torch SDPA (an oracle nobody here wrote)."""
     import numpy as np
 
-    from bench.gpu_suite import gpu_suite
+    from tools.evidence.gpu_suite import gpu_suite
     from kernels.cuda import CudaBackend
     from reference import make_inputs
 

@@ -1,7 +1,8 @@
 """Does a change to attention.hip change what NVIDIA GPUs run? The SASS of every kernel variant
 built from a git revision's kernel sources against the working tree's, instruction by instruction.
 
-    .venv/bin/python bench/sass_diff.py [--rev HEAD] [--arch sm_90] [--nvdisasm PATH] [--all-paths]
+    .venv/bin/python tools/sass_diff.py [--rev HEAD] [--arch sm_90] [--nvdisasm PATH] [--all-paths]
+    .venv/bin/python tools/sass_diff.py --normalize LISTING    (an nvdisasm listing, normalized)
 
 For a refactor that must not change the compiled code (no GPU needed to show it): each variant is
 compiled alone by nvcc on both sides (so kernels are matched by their name expression even when
@@ -9,7 +10,13 @@ a template argument with a default is added), disassembled by nvdisasm, and comp
 addresses, encodings, labels, the kernel's mangled name and spacing left out. Prints one line
 per variant (instructions, lines that differ) and exits 1 if any differs. The variants: those
 select_variant makes on the mma path (f16/bf16, head dims 32-256, decode and prefill shapes);
---all-paths adds the grouped and rowwise kernels of the same configs and f32/i8.
+--all-paths adds the grouped and rowwise kernels of the same configs and f32/i8. Both sides
+take every file of kernels/src (the revision's, and the working tree's) and compile --entry
+(attention.hip), so a source split into more headers compiles as its revision had it.
+
+From the kernels package it uses select_variant (found wherever the package defines it) and a
+variant's fwd_expr, macro_options() and path: the options and name expression of the working
+tree's variant serve both sides.
 
 nvdisasm ships with the CUDA toolkit; where only nvcc is installed, the pip wheel
 nvidia-cuda-nvdisasm has it (`pip download --no-deps nvidia-cuda-nvdisasm`, unzip, bin/nvdisasm).
@@ -17,6 +24,7 @@ nvidia-cuda-nvdisasm has it (`pip download --no-deps nvidia-cuda-nvdisasm`, unzi
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import shutil
 import subprocess
@@ -29,12 +37,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from attnconfig import AttentionConfig  # noqa: E402
-from kernels.variants import SRC_DIR, Variant, select_variant  # noqa: E402
 
-SOURCES = ("attention.hip", "hip_compat.h")
+SRC_DIR = ROOT / "kernels" / "src"
+# Where select_variant may be defined, public name first: the package's modules are split and
+# renamed over time, and this tool compares builds across such changes.
+KERNEL_MODULES = ("kernels", "kernels.select", "kernels.launch", "kernels.tuning", "kernels.variants")
 
 
-def variants(all_paths: bool) -> list[Variant]:
+def kernel_name(name: str):
+    """`name` from the first module of KERNEL_MODULES that defines it."""
+    for module in KERNEL_MODULES:
+        try:
+            found = importlib.import_module(module)
+        except ImportError:
+            continue
+        if hasattr(found, name):
+            return getattr(found, name)
+    raise ImportError(f"sass_diff: no module of {KERNEL_MODULES} defines {name}")
+
+
+def variants(all_paths: bool) -> list:
+    select_variant = kernel_name("select_variant")
     found: dict[str, Variant] = {}
     dtypes = ("f16", "bf16", "f32", "i8") if all_paths else ("f16", "bf16")
     for dtype in dtypes:
@@ -49,10 +72,10 @@ def variants(all_paths: bool) -> list[Variant]:
     return list(found.values())
 
 
-def sass(nvcc: str, nvdisasm: str, src_dir: Path, v: Variant, arch: str, work: Path) -> list[str]:
+def sass(nvcc: str, nvdisasm: str, src_dir: Path, entry: str, v, arch: str, work: Path) -> list[str]:
     """The variant's split kernel as normalized SASS lines."""
     unit = work / f"{abs(hash((str(src_dir), v.fwd_expr)))}.cu"
-    unit.write_text(f'#include "attention.hip"\nvoid* instance = (void*)&{v.fwd_expr};\n')
+    unit.write_text(f'#include "{entry}"\nvoid* instance = (void*)&{v.fwd_expr};\n')
     cubin = unit.with_suffix(".cubin")
     subprocess.run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", f"-I{src_dir}", *v.macro_options(),
                     str(unit), "-o", str(cubin)], check=True, capture_output=True, text=True)
@@ -89,7 +112,14 @@ def main() -> None:
     ap.add_argument("--nvdisasm", default=shutil.which("nvdisasm"))
     ap.add_argument("--all-paths", action="store_true", help="the grouped and rowwise kernels too")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--entry", default="attention.hip", help="the source file that defines the kernels")
+    ap.add_argument("--old-entry", help="the old side's, where it differs (default: --entry)")
+    ap.add_argument("--normalize", type=Path, metavar="LISTING",
+                    help="print an nvdisasm listing's split kernel as compared, and stop")
     a = ap.parse_args()
+    if a.normalize:
+        sys.stdout.writelines(line + "\n" for line in normalize(a.normalize.read_text()))
+        return
     if not a.nvcc or not a.nvdisasm:
         sys.exit("sass_diff: needs nvcc and nvdisasm (--nvcc, --nvdisasm; see the module's docstring)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,14 +128,19 @@ def main() -> None:
         if old is None:
             old = work / "old"
             old.mkdir()
-            for name in SOURCES:
-                blob = subprocess.run(["git", "-C", str(ROOT), "show", f"{a.rev}:kernels/src/{name}"],
+            paths = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "-r", "--name-only", a.rev, "--",
+                                    "kernels/src"], check=True, capture_output=True, text=True).stdout.split()
+            for path in paths:
+                blob = subprocess.run(["git", "-C", str(ROOT), "show", f"{a.rev}:{path}"],
                                       check=True, capture_output=True).stdout
-                (old / name).write_bytes(blob)
+                dest = old / Path(path).relative_to("kernels/src")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(blob)
         vs = variants(a.all_paths)
+        old_entry = a.old_entry or a.entry
         with ThreadPoolExecutor(a.jobs) as pool:
-            olds = list(pool.map(lambda v: sass(a.nvcc, a.nvdisasm, old, v, a.arch, work), vs))
-            news = list(pool.map(lambda v: sass(a.nvcc, a.nvdisasm, SRC_DIR, v, a.arch, work), vs))
+            olds = list(pool.map(lambda v: sass(a.nvcc, a.nvdisasm, old, old_entry, v, a.arch, work), vs))
+            news = list(pool.map(lambda v: sass(a.nvcc, a.nvdisasm, SRC_DIR, a.entry, v, a.arch, work), vs))
     changed = 0
     print(f"{a.arch} SASS, {old if a.old_dir else a.rev} against the working tree, {len(vs)} variants")
     for v, o, n in zip(vs, olds, news):
