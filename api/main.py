@@ -12,7 +12,7 @@ from api import dashboard
 from api.docs import install_docs
 from api.routes import ci, failures, health, metrics, sweeps, webhooks, workers
 from api.telemetry import Telemetry
-from core.settings import Settings, get_settings
+from settings import Settings, get_settings
 from store.db import session_factory
 from workers.app import create_celery
 

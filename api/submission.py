@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from api.errors import ProblemError
 from api.schemas.sweeps import SweepAccepted, SweepCreate
 from attnconfig import AttentionConfig
-from core.settings import Settings
+from settings import Settings
 from store import repo
 from store.models import ConfigRun, Sweep
 from sweeps.plan import plan_sweep

@@ -17,7 +17,7 @@ the low output, and the metrics (floats by their hex): the run fails unless all 
 also runs split_partials (what the cpu backend runs) with P rounded and with each kernel defect
 on both sides and compares those. BLAS is capped to one thread, as sweeps/threads.py does for
 the workers, and freed memory is kept or returned as the workers' setting says
-(core.settings heap_retain_mb, ATTNSWEEP_HEAP_RETAIN_MB; 0, glibc's defaults, unless set).
+(settings heap_retain_mb, ATTNSWEEP_HEAP_RETAIN_MB; 0, glibc's defaults, unless set).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ if __package__ in (None, ""):
     _here = Path(__file__).resolve().parent
     sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _here]
 
-from core.settings import Settings  # noqa: E402
+from settings import Settings  # noqa: E402
 from sweeps.heap import retain_freed_memory  # noqa: E402
 from sweeps.threads import cap_blas_threads  # noqa: E402  (before numpy is imported)
 

@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ci.events import CiEvent
-from core.settings import Settings
+from settings import Settings
 from kernelsrc.bundles import save_bundle
 from kernelsrc.git import read_kernels
 from store import repo

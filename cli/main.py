@@ -27,7 +27,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _database_url(db: Optional[str]) -> str:
-    from core.settings import get_settings
+    from settings import get_settings
 
     if db is None:
         url = get_settings().database_url
@@ -41,11 +41,12 @@ def _database_url(db: Optional[str]) -> str:
 
 def _db_source(db: Optional[str]) -> str:
     """Which setting named the database, for error messages."""
-    import os
+    from settings import get_settings
 
     if db is not None:
         return "--db"
-    return "ATTNSWEEP_DATABASE_URL" if os.environ.get("ATTNSWEEP_DATABASE_URL") else "the default database (--db to name one)"
+    named = "database_url" in get_settings().model_fields_set
+    return "ATTNSWEEP_DATABASE_URL" if named else "the default database (--db to name one)"
 
 
 def _check_sqlite_folder(url: str, source: str) -> None:
@@ -473,7 +474,7 @@ def serve(
     """Run the HTTP API (settings from ATTNSWEEP_*; the database must be migrated: `attnsweep db upgrade`)."""
     import uvicorn
 
-    from core.settings import get_settings
+    from settings import get_settings
     from store.migrate import is_current
 
     if not is_current(get_settings().database_url):
@@ -503,7 +504,7 @@ def submit(
     from api.errors import ProblemError
     from api.schemas.sweeps import SweepCreate
     from api.submission import submit_sweep
-    from core.settings import get_settings
+    from settings import get_settings
     from pydantic import ValidationError
     from store.db import is_unreachable, session_factory
     from store.migrate import is_current
@@ -550,7 +551,7 @@ def worker(
         from sweeps.threads import cap_blas_threads
 
         cap_blas_threads()  # before workers.start imports numpy: the forked children inherit its BLAS
-    from core.settings import get_settings
+    from settings import get_settings
     from workers.start import WorkerStartError, start_worker
 
     try:

@@ -23,7 +23,7 @@ from typing import Any
 
 from celery import Celery
 
-from core.settings import Settings, get_settings
+from settings import Settings, get_settings
 
 TASK_RUN_CONFIGS = "attnsweep.run_configs"
 PRIORITY_STEPS = [0, 3, 6, 9]

@@ -40,7 +40,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Callable, Iterator, NamedTuple
 
 from attnconfig import parse_config
-from core.settings import Settings
+from settings import Settings
 from kernels.backend import Backend
 from kernels.devices import pin_gpu
 from reference import make_inputs
@@ -59,7 +59,7 @@ KILL_MARGIN_S = 30.0   # past limit + grace, the watchdog itself is stuck: the p
 
 
 class ProcessSettings(NamedTuple):
-    """What a computing process takes from core.settings, read here in the parent: a setting
+    """What a computing process takes from settings, read here in the parent: a setting
     that does not validate fails the sweep here, not in every worker process."""
 
     heap_retain_mb: int

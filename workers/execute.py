@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from attnconfig import parse_config
 from ci.notify import sweep_ended
-from core.settings import Settings
+from settings import Settings
 from kernels.source import KernelSource
 from store import repo
 from store.db import session_scope

@@ -62,8 +62,11 @@ def check_request(tool: str | None, backend: str, share: float = 1.0) -> None:
 
 
 def sanitizer_path() -> str | None:
-    """compute-sanitizer: $ATTNSWEEP_COMPUTE_SANITIZER, the PATH, or the CUDA toolkit's folder."""
-    for candidate in (os.environ.get("ATTNSWEEP_COMPUTE_SANITIZER"), shutil.which("compute-sanitizer"),
+    """compute-sanitizer: settings.compute_sanitizer (ATTNSWEEP_COMPUTE_SANITIZER), the PATH, or
+    the CUDA toolkit's folder."""
+    from settings import get_settings
+
+    for candidate in (get_settings().compute_sanitizer, shutil.which("compute-sanitizer"),
                       os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "compute-sanitizer")):
         if candidate and os.access(candidate, os.X_OK):
             return candidate

@@ -23,7 +23,7 @@ from ci.events import CiEvent, EventError, Ignored, parse_event
 from ci.launch import start_ci_sweep
 from ci.notify import post_status
 from ci.signature import HEADER, signature_problem
-from core.settings import Settings
+from settings import Settings
 from kernelsrc.git import KernelRepoError
 from sweeps.sampler import SamplingExhausted
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from core.settings import Settings
+from settings import Settings
 from sweeps.heap import _libc, retain_freed_memory
 
 ROOT = Path(__file__).resolve().parents[3]
