@@ -15,9 +15,8 @@ package, extracted into a temporary directory and imported under another name.
 Every result is hashed on both sides: the input bytes, every array of the split-KV result and of
 the low output, and the metrics (floats by their hex): the run fails unless all are equal. It
 also runs split_partials (what the cpu backend runs) with P rounded and with each kernel defect
-on both sides and compares those. BLAS is capped to one thread, as sweeps/threads.py does for
-the workers, and freed memory is kept or returned as the workers' setting says
-(settings heap_retain_mb, ATTNSWEEP_HEAP_RETAIN_MB; 0, glibc's defaults, unless set).
+on both sides and compares those. BLAS is capped to one thread, as workers/threads.py does for
+the workers.
 """
 from __future__ import annotations
 
@@ -38,14 +37,9 @@ if __package__ in (None, ""):
     _here = Path(__file__).resolve().parent
     sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _here]
 
-from settings import Settings  # noqa: E402
-from sweeps.heap import retain_freed_memory  # noqa: E402
-from sweeps.threads import cap_blas_threads  # noqa: E402  (before numpy is imported)
+from workers.threads import cap_blas_threads  # noqa: E402  (before numpy is imported)
 
 cap_blas_threads()
-# As the workers keep freed memory: with 1024 (an earlier default) np.zeros of
-# the reference's partials cleared them in the heap, 10% of its time here; with 0 fresh zero pages.
-retain_freed_memory(Settings().heap_retain_mb)
 
 import numpy as np  # noqa: E402
 

@@ -47,12 +47,9 @@ from sweeps.filters import host_cost, reference_flops
 from sweeps.plan import plan_sweep
 from sweeps.result import ConfigResult
 from sweeps.spec import SweepSpec
-from sweeps.threads import cap_blas_threads
+from workers.threads import cap_blas_threads
 
 # (label, timing key); run_wall_s holds transfers + kernel, run_s and transfer_s are inside it.
-# Where the run overlapped the reference (sweeps/runner.py: a GPU backend), the phase counts
-# only what the worker waited for it afterwards (run_wait_s), so the phases still add up to
-# the worker's time; "device thread" is the run's own time, most of it hidden.
 PHASES = (("compile", "compile_s"), ("inputs", "inputs_s"), ("transfers+kernel", "run_wall_s"),
           ("reference", "reference_s"), ("verify", "verify_s"), ("store", "store_s"))
 INSIDE_RUN = (("  kernel (events)", "run_s"), ("  transfers", "transfer_s"))
@@ -123,7 +120,7 @@ def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_m
     """One sweep of `spec`; `env` is set while it runs (the pool's processes take the parent's
     environment of the moment)."""
     with session_scope(db_url) as s:
-        sweep_id, _ = plan_sweep(s, spec, device_total_memory=total_memory, device=None)
+        sweep_id = repo.store_plan(s, plan_sweep(spec, device_total_memory=total_memory)).id
     warmup = prewarm(db_url, sweep_id, backend_name, jobs) if warm_first else None
     results: list[ConfigResult] = []
     saved = {name: os.environ.get(name) for name in env}
@@ -146,7 +143,7 @@ def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_m
 
 def process_memory(results: list[ConfigResult]) -> dict | None:
     """Per worker process: its peak resident memory, and the most it held between configs
-    (after a config's arrays were freed: what sweeps/heap.py keeps). MiB; sums over processes."""
+    (after a config's arrays were freed). MiB; sums over processes."""
     peak: dict[float, float] = {}
     held: dict[float, float] = {}
     for r in results:
@@ -168,13 +165,8 @@ def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int
     worker_s = total("total_s")
     busy_s = worker_s + total("store_s")
     phases = {label: total(key) for label, key in PHASES}
-    phases["transfers+kernel"] = float(sum(r.timings.get("run_wait_s", r.timings.get("run_wall_s")) or 0.0
-                                           for r in results))
-    overlapped = [r for r in results if "run_wait_s" in r.timings]
     phases["other (runner)"] = max(0.0, worker_s - sum(v for k, v in phases.items() if k != "store"))
     inside = {label.strip(): total(key) for label, key in INSIDE_RUN}
-    if overlapped:
-        inside["device thread (beside the reference)"] = float(sum(r.timings["run_wall_s"] for r in overlapped))
     outcomes: dict[str, int] = {}
     for r in results:
         outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
@@ -296,8 +288,6 @@ def print_run(name: str, summary: dict) -> None:
         if label == "transfers+kernel":
             for inner, secs_in in summary["inside_run_s"].items():
                 print(f"  {'  ' + inner:22s} {secs_in:10.2f}")
-            if "device thread (beside the reference)" in summary["inside_run_s"]:
-                print("    (overlapped: the phase above is what the worker waited after its reference)")
     print(f"  {'size quartile':14s} {'configs':>7s} {'flops <=':>10s} {'total s':>9s} {'median':>9s}"
           f" {'inputs':>8s} {'run':>8s} {'ref':>8s} {'verify':>8s}")
     for row in summary["by_size"]:
@@ -328,9 +318,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path("sweep-bench.json"))
     args = parser.parse_args(argv)
     baseline_env = dict(args.baseline_env)
-    if "ATTNSWEEP_HEAP_RETAIN_MB" in baseline_env and args.jobs <= 1:
-        parser.error("--baseline-env ATTNSWEEP_HEAP_RETAIN_MB needs --jobs 2 or more: a process applies "
-                     "its heap setting once (sweeps/heap.py), and --jobs 1 runs every sweep in this one")
 
     tmp = tempfile.TemporaryDirectory(prefix="attnsweep-bench-")
     db_url = args.db or f"sqlite:///{tmp.name}/bench.db"

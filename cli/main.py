@@ -548,7 +548,7 @@ def worker(
     if gpu is not None and queue != "gpu":
         fail("--gpu needs --queue gpu")
     if concurrency > 1:
-        from sweeps.threads import cap_blas_threads
+        from workers.threads import cap_blas_threads
 
         cap_blas_threads()  # before workers.start imports numpy: the forked children inherit its BLAS
     from settings import get_settings
