@@ -60,6 +60,7 @@ COPY migrations/ migrations/
 COPY workers/ workers/
 COPY kernelsrc/ kernelsrc/
 COPY ci/ ci/
+COPY submit/ submit/
 COPY api/ api/
 COPY cli/ cli/
 RUN --mount=type=secret,id=ca_bundle,required=false \

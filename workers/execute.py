@@ -50,7 +50,7 @@ class BundleCache:
 
     def get(self, url: str, key: str) -> KernelSource | None:
         if key not in self._bundles:
-            from kernelsrc.bundles import load_bundle
+            from store.bundles import load_bundle
 
             with session_scope(url) as s:
                 source = load_bundle(s, key)

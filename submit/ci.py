@@ -8,6 +8,9 @@ delivery id is the same event), and one racing the original hits a unique key an
 the first one's sweep. Only after the commit are the configs published (workers.outbox.submit),
 with the CI priority (workers.app) so they run before queued nightly sweeps; if the broker does
 not take them, the reconciler publishes them, so a redelivery never needs to start over.
+
+Every CI sweep is the request ATTNSWEEP_CI_SPEC plus its own settings (samples, backend, seed)
+and a label naming the event; `ci_spec` validates it here, where it is built.
 """
 from __future__ import annotations
 
@@ -19,14 +22,16 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from pydantic import ValidationError
+
 from ci.events import CiEvent
-from settings import Settings
-from kernelsrc.bundles import save_bundle
 from kernelsrc.git import read_kernels
+from settings import Settings
 from store import repo
+from store.bundles import save_bundle
 from store.models import CiDelivery, Sweep
-from sweeps.plan import plan_sweep
-from sweeps.spec import SweepSpec
+from submit.sweep import planned
+from sweeps.spec import SweepSpec, SweepSpecError
 from workers.app import queue_kind
 from workers.outbox import submit
 
@@ -48,9 +53,18 @@ def ci_label(event: CiEvent) -> str:
     return f"ci {event.repository} {where} {event.commit_sha[:12]}"[:200]
 
 
-def ci_spec(settings: Settings, event: CiEvent) -> SweepSpec:
-    return SweepSpec.model_validate({**settings.ci_spec, "samples": settings.ci_samples, "backend": settings.ci_backend,
-                                     "seed": settings.ci_seed, "label": ci_label(event)})
+class CiSpecError(ValueError):
+    """ATTNSWEEP_CI_SPEC with the CI settings is not a valid sweep request: a deployment's mistake."""
+
+
+def ci_spec(settings: Settings, event: CiEvent | None = None) -> SweepSpec:
+    """The request of `event`'s CI sweep (without an event: the deployment's, to check at start)."""
+    label = ci_label(event) if event is not None else "ci"
+    try:
+        return SweepSpec.model_validate({**settings.ci_spec, "samples": settings.ci_samples, "backend": settings.ci_backend,
+                                         "seed": settings.ci_seed, "label": label})
+    except (ValidationError, SweepSpecError) as exc:
+        raise CiSpecError(f"ATTNSWEEP_CI_SPEC: {exc}") from None
 
 
 def _replay(session: Session, delivery_id: str, body_sha256: str | None = None) -> Started | None:
@@ -67,8 +81,10 @@ def start_ci_sweep(session: Session, celery: Celery, settings: Settings, event: 
                    body_sha256: str | None = None) -> Started:
     """The sweep of `event`'s commit (a new one, or the one this delivery or body started before).
 
-    Raises kernelsrc.git.KernelRepoError when kernels/src cannot be read at the commit (nothing
-    stored). A broker that does not take the configs leaves them to the reconciler."""
+    Raises kernelsrc.git.KernelRepoError when kernels/src cannot be read at the commit, CiSpecError
+    when the CI settings make no valid request, submit.sweep.SubmitError when they sample too few configs
+    (nothing stored in each case). A broker that does not take the configs leaves them to the
+    reconciler."""
     replay = _replay(session, delivery_id, body_sha256)
     if replay is not None:
         return replay
@@ -76,13 +92,15 @@ def start_ci_sweep(session: Session, celery: Celery, settings: Settings, event: 
     spec = ci_spec(settings, event)
     queue = settings.queue_name(queue_kind(spec.backend))
 
+    memory, device = repo.queue_device_memory(session, queue, settings.worker_stale_s)
+    request_extra = {"defects": [], "ci": {"event": event.event, "repository": event.repository, "ref": event.ref,
+                                           "commit_sha": event.commit_sha, "delivery": delivery_id}}
+    plan = planned(spec, device_total_memory=memory, device=device, request_extra=request_extra)
+
     def store(s: Session) -> int:
         source_hash = save_bundle(s, source)
-        memory, device = repo.queue_device_memory(s, queue, settings.worker_stale_s)
-        request_extra = {"defects": [], "ci": {"event": event.event, "repository": event.repository, "ref": event.ref,
-                                               "commit_sha": event.commit_sha, "delivery": delivery_id}}
-        sweep_id, _sampled = plan_sweep(s, spec, device_total_memory=memory, device=device, request_extra=request_extra)
-        sweep = s.get(Sweep, sweep_id)
+        sweep = repo.store_plan(s, plan)
+        sweep_id = sweep.id
         sweep.queue = queue
         sweep.repository, sweep.ref, sweep.commit_sha, sweep.event = event.repository, event.ref, event.commit_sha, event.event
         sweep.base_ref, sweep.pr_number, sweep.source_hash = event.base_ref, event.pr_number, source_hash
