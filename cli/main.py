@@ -347,7 +347,8 @@ def failures(
     from api.convert import config_run_public
     from api.errors import ProblemError
     from api.filters import parse_str_match
-    from api.schemas.analysis import FailureRow, gate_check
+    from api.convert import gate_check
+    from api.schemas.analysis import FailureRow
     from attnconfig.outcomes import FAILING_OUTCOMES
     from store import queries
     from store.db import session_scope
