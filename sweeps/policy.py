@@ -31,7 +31,7 @@ GATE_BOUNDS - PROVISIONAL, to be replaced by the GPU calibration of docs/spec.md
 configs of the correct kernels, zero false failures with >= 2x margin). Derived from a numpy
 emulation of a correct kernel (f32 accumulation, P rounded to the storage dtype before P.V, i8:
 P to f16; O rounded to the output dtype) against the f64 reference, over ~1,500 sampled configs
-up to head dim 1024 and seq_len_k 16384 (emulation script described in the helper report):
+up to head dim 1024 and seq_len_k 16384:
   row_err: with head_dim_v >= 8 a correct kernel's worst row is one output ulp (f16/i8 2^-10 =
     9.8e-4, bf16 2^-7 = 7.8e-3, f32 ~2e-5). Bound = 4 output ulps (f32: 2e-4, ~10x).
   lse_max_abs: f16/bf16/f32 configs return an f32 LSE whose worst error was 4.6e-5 (|LSE| up to

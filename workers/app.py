@@ -32,7 +32,7 @@ SWEEP_PRIORITY = 6   # nightly and other API sweeps
 
 
 def queue_kind(backend: str) -> str:
-    """SPEC §8: backend cpu -> the cpu queue; auto, cuda, hip -> the GPU queue. hostemu runs on
+    """docs/spec.md §8: backend cpu -> the cpu queue; auto, cuda, hip -> the GPU queue. hostemu runs on
     the CPU too, so it goes to the cpu queue."""
     return "cpu" if backend in ("cpu", "hostemu") else "gpu"
 
