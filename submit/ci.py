@@ -5,37 +5,31 @@ delivery id and the sha256 of the signed body, so a request refused on the way s
 and two deliveries of one event cannot both start a sweep: a replay is recognised by its
 delivery id or by its body (what the signature covers: the same signed body under a new
 delivery id is the same event), and one racing the original hits a unique key and answers with
-the first one's sweep. Only after the commit are the configs published (workers.outbox.submit),
-with the CI priority (workers.app) so they run before queued nightly sweeps; if the broker does
-not take them, the reconciler publishes them, so a redelivery never needs to start over.
+the first one's sweep. It is submit.sweep.submit_sweep with the CI columns added: only after
+the commit are the configs published (workers.outbox.submit), with the CI priority
+(workers.app) so they run before queued nightly sweeps; if the broker does not take them, the
+reconciler publishes them, so a redelivery never needs to start over.
 
 Every CI sweep is the request ATTNSWEEP_CI_SPEC plus its own settings (samples, backend, seed)
 and a label naming the event; `ci_spec` validates it here, where it is built.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from celery import Celery
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from pydantic import ValidationError
-
 from ci.events import CiEvent
 from kernelsrc.git import read_kernels
 from settings import Settings
-from store import repo
 from store.bundles import save_bundle
 from store.models import CiDelivery, Sweep
-from submit.sweep import planned
+from submit.sweep import submit_sweep
 from sweeps.spec import SweepSpec, SweepSpecError
-from workers.app import queue_kind
-from workers.outbox import submit
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -89,31 +83,23 @@ def start_ci_sweep(session: Session, celery: Celery, settings: Settings, event: 
     if replay is not None:
         return replay
     source = read_kernels(settings.kernel_repo, event.commit_sha, settings.kernel_repo_cache)
-    spec = ci_spec(settings, event)
-    queue = settings.queue_name(queue_kind(spec.backend))
+    request_extra = {"ci": {"event": event.event, "repository": event.repository, "ref": event.ref,
+                            "commit_sha": event.commit_sha, "delivery": delivery_id}}
 
-    memory, device = repo.queue_device_memory(session, queue, settings.worker_stale_s)
-    request_extra = {"defects": [], "ci": {"event": event.event, "repository": event.repository, "ref": event.ref,
-                                           "commit_sha": event.commit_sha, "delivery": delivery_id}}
-    plan = planned(spec, device_total_memory=memory, device=device, request_extra=request_extra)
-
-    def store(s: Session) -> int:
-        source_hash = save_bundle(s, source)
-        sweep = repo.store_plan(s, plan)
-        sweep_id = sweep.id
-        sweep.queue = queue
+    def also_store(s: Session, sweep: Sweep) -> None:
         sweep.repository, sweep.ref, sweep.commit_sha, sweep.event = event.repository, event.ref, event.commit_sha, event.event
-        sweep.base_ref, sweep.pr_number, sweep.source_hash = event.base_ref, event.pr_number, source_hash
-        s.add(CiDelivery(delivery_id=delivery_id, event=event.event, sweep_id=sweep_id, body_sha256=body_sha256))
-        return sweep_id
+        sweep.base_ref, sweep.pr_number, sweep.source_hash = event.base_ref, event.pr_number, save_bundle(s, source)
+        s.add(CiDelivery(delivery_id=delivery_id, event=event.event, sweep_id=sweep.id, body_sha256=body_sha256))
 
     try:
-        done = submit(session, celery, settings, store)
+        done = submit_sweep(session, celery, settings, ci_spec(settings, event), extra_request=request_extra,
+                            also_store=also_store)
     except IntegrityError:
+        # Two deliveries of one event raced: the first one's commit won; answer with its sweep.
         session.rollback()
         replay = _replay(session, delivery_id, body_sha256)
         if replay is None:
             raise
         return replay
-    sweep = session.get(Sweep, done.sweep_id)
-    return Started(done.sweep_id, False, done.configs_total, done.tasks, sweep.source_hash, queue)
+    sweep = done.sweep
+    return Started(sweep.id, False, sweep.configs_total, done.tasks, sweep.source_hash, sweep.queue)

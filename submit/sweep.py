@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Sequence
@@ -38,8 +37,6 @@ from sweeps.sampler import SamplingExhausted
 from sweeps.spec import SweepSpec
 from workers.app import queue_kind
 from workers.outbox import submit as commit_and_publish
-
-log = logging.getLogger(__name__)
 
 IDEMPOTENCY_FIELD = "idempotency_key"
 
@@ -122,9 +119,13 @@ def _replayed(session: Session, sweep: Sweep) -> Submission:
 def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: SweepSpec, *,
                  configs: list[AttentionConfig] | None = None, defects: Sequence[str] = (),
                  sanitize: tuple[str, float] | None = None, rerun_of: int | None = None,
-                 extra_request: dict[str, Any] | None = None, idempotency_key: str | None = None) -> Submission:
+                 extra_request: dict[str, Any] | None = None, idempotency_key: str | None = None,
+                 also_store: Callable[[Session, Sweep], None] | None = None) -> Submission:
     """Submit a sweep to the service's workers: the queue of its backend, the budget of that
-    queue's live workers, planned, committed, then published. Raises SubmitError."""
+    queue's live workers, planned, committed, then published. `also_store(session, sweep)`
+    writes what a caller commits with the sweep (a CI sweep: its bundle, event and delivery).
+    Raises SubmitError; an IntegrityError of a caller's unique key (a racing delivery) after
+    rolling back."""
     extra = {"defects": list(defects), **(extra_request or {}), **({"configs": len(configs)} if configs is not None else {})}
     key = idempotency_key
     digest = request_digest(spec, configs, {**extra, "sanitize": list(sanitize) if sanitize else None,
@@ -143,6 +144,8 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
         sweep = repo.store_plan(s, plan)
         sweep.queue, sweep.rerun_of = queue, rerun_of
         sweep.idempotency_key, sweep.request_sha256 = key, digest
+        if also_store is not None:
+            also_store(s, sweep)
         return sweep.id
 
     try:
