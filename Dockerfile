@@ -51,7 +51,7 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
     attnsweep-pip-install ".[${EXTRAS}]" && pip uninstall -y -q attnsweep
 
 COPY attnconfig/ attnconfig/
-COPY core/ core/
+COPY settings/ settings/
 COPY reference/ reference/
 COPY kernels/ kernels/
 COPY sweeps/ sweeps/
@@ -60,6 +60,7 @@ COPY migrations/ migrations/
 COPY workers/ workers/
 COPY kernelsrc/ kernelsrc/
 COPY ci/ ci/
+COPY submit/ submit/
 COPY api/ api/
 COPY cli/ cli/
 RUN --mount=type=secret,id=ca_bundle,required=false \

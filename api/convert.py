@@ -4,10 +4,13 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from api.schemas.analysis import GateCheck, RateCell
 from api.schemas.sweeps import ConfigRunPublic, SweepPublic
 from attnconfig.outcomes import METRIC_KEYS
+from store.analysis import BUCKET_SUFFIX, bucket_bounds
 from store.models import ConfigRun, Sweep
 from store.queries import TIMING_FIELDS
+from sweeps.policy import explain_failure
 
 
 def utc(dt: datetime | None) -> datetime | None:
@@ -44,3 +47,31 @@ def config_run_public(run: ConfigRun, label: str | None) -> ConfigRunPublic:
         metrics={k: getattr(run, k) for k in METRIC_KEYS}, timings={k: getattr(run, k) for k in TIMING_FIELDS},
         reproducer=run.reproducer, worker=run.worker, attempts=run.attempts, finished_at=utc(run.finished_at),
     )
+
+
+def gate_check(run: ConfigRunPublic) -> GateCheck:
+    """The metric that decided a stored failure against its bound (sweeps.policy.explain_failure)."""
+    found = explain_failure(run.config, run.outcome, run.failed_gate, run.metrics, run.gates, run.threshold_reason,
+                            run.detail)
+    return GateCheck(gate=found.gate, metric=found.metric, value=found.value, bound=found.bound, why=found.why)
+
+
+def _shown(name: str, value: Any) -> tuple[str, str]:
+    """(axis label, filter value) of one group key."""
+    if value is None:
+        return "none", ""
+    if name.endswith(BUCKET_SUFFIX):
+        lo, hi = bucket_bounds(value)
+        return (str(lo) if lo == hi else f"{lo}-{hi}"), f"{lo}:{hi}"
+    if isinstance(value, bool):
+        return str(value).lower(), str(value).lower()
+    return str(value), str(value)
+
+
+def rate_cell(group: dict[str, Any]) -> RateCell:
+    label, flt = {}, {}
+    for name, value in group["key"].items():
+        label[name], shown = _shown(name, value)
+        if value is not None:
+            flt[name.removesuffix(BUCKET_SUFFIX)] = shown
+    return RateCell(**group, label=label, filter=flt)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from api.errors import ProblemError
 from attnconfig.config import INT4_MAX, INT8_MAX, text_problem
-from core.settings import Settings
+from settings import Settings
 from store.models import Sweep
 
 # Ids are int4 columns; offsets go to SQL OFFSET, which takes an int8.

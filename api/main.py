@@ -12,8 +12,9 @@ from api import dashboard
 from api.docs import install_docs
 from api.routes import ci, failures, health, metrics, sweeps, webhooks, workers
 from api.telemetry import Telemetry
-from core.settings import Settings, get_settings
+from settings import Settings, get_settings
 from store.db import session_factory
+from submit.ci import ci_spec
 from workers.app import create_celery
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ def _version() -> str:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    ci_spec(settings)  # a deployment whose CI settings make no valid sweep request does not start
     app = FastAPI(title="attnsweep", version=_version(), description=DESCRIPTION, default_response_class=SafeJSONResponse,
                   dependencies=[Depends(check_text_params)], docs_url=None, redoc_url=None)
     app.state.settings = settings

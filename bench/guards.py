@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     with_guards = without = whole = 0.0
     timed = 0
     for c in configs:
-        result = run_config(c, backend, overlap=False)   # compiles, and the config's whole time
+        result = run_config(c, backend)   # compiles, and the config's whole time
         if result.outcome == "not_applicable":
             continue
         prepared = backend.prepare(c)

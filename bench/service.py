@@ -224,6 +224,7 @@ class Bench:
     def end_to_end(self) -> None:
         from store.db import session_scope
         from workers.embedded import execute_sweep
+        from store import repo
         from sweeps.plan import plan_sweep
         from sweeps.spec import SweepSpec
 
@@ -231,7 +232,7 @@ class Bench:
         spec = SweepSpec(samples=n, seed=99, backend="cpu", ranges=E2E_RANGES, label="bench-e2e")
         for jobs in (1, 2):
             with session_scope(self.url) as s:
-                sweep_id, _ = plan_sweep(s, spec, device_total_memory=None, device="cpu")
+                sweep_id = repo.store_plan(s, plan_sweep(spec, device_total_memory=None, device="cpu")).id
             t0 = time.perf_counter()
             execute_sweep(self.url, sweep_id, "cpu", jobs=jobs)
             wall = time.perf_counter() - t0

@@ -47,7 +47,7 @@ from sweeps.filters import host_cost, reference_flops
 from sweeps.plan import plan_sweep
 from sweeps.result import ConfigResult
 from sweeps.spec import SweepSpec
-from sweeps.threads import cap_blas_threads
+from workers.threads import cap_blas_threads
 
 # (label, timing key); run_wall_s holds transfers + kernel, run_s and transfer_s are inside it.
 PHASES = (("compile", "compile_s"), ("inputs", "inputs_s"), ("transfers+kernel", "run_wall_s"),
@@ -120,7 +120,7 @@ def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_m
     """One sweep of `spec`; `env` is set while it runs (the pool's processes take the parent's
     environment of the moment)."""
     with session_scope(db_url) as s:
-        sweep_id, _ = plan_sweep(s, spec, device_total_memory=total_memory, device=None)
+        sweep_id = repo.store_plan(s, plan_sweep(spec, device_total_memory=total_memory)).id
     warmup = prewarm(db_url, sweep_id, backend_name, jobs) if warm_first else None
     results: list[ConfigResult] = []
     saved = {name: os.environ.get(name) for name in env}

@@ -1,3 +1,4 @@
-"""CI integration on the service side: GitHub-style webhook events (`signature`, `events`),
-the sweep of a pushed commit's kernels (`launch`), its verdict (`verdict`, `status`) and its
-JUnit report (`junit`). Not to be confused with `.ci/`, this repository's own CI script."""
+"""CI integration on the service side: GitHub-style webhook events (`signature`, `events`), a
+commit's verdict (`verdict`, `status`), its commit statuses (`notify`) and its JUnit report
+(`junit`). The sweep of a pushed commit is started by submit/ci.py. Not to be confused with
+`.ci/`, this repository's own CI script."""

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from sqlalchemy.orm import Session
 
 from ci.status import commit_status
-from core.settings import Settings
+from settings import Settings
 from store.models import Sweep
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def post_status(settings: Settings, session: Session, sweep_id: int) -> bool:
 
 def sweep_ended(sweep_id: int, url: str | None = None) -> None:
     """Called by whoever moved the sweep to done, after that commit: the final status."""
-    from core.settings import get_settings
+    from settings import get_settings
     from store.db import session_scope
 
     settings = get_settings()

@@ -4,13 +4,15 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
+from cli.options import OPTION_FIELDS, SweepOptions, build_spec, defects_help, sweep_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (Alembic migrations).")
@@ -27,7 +29,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _database_url(db: Optional[str]) -> str:
-    from core.settings import get_settings
+    from settings import get_settings
 
     if db is None:
         url = get_settings().database_url
@@ -41,11 +43,12 @@ def _database_url(db: Optional[str]) -> str:
 
 def _db_source(db: Optional[str]) -> str:
     """Which setting named the database, for error messages."""
-    import os
+    from settings import get_settings
 
     if db is not None:
         return "--db"
-    return "ATTNSWEEP_DATABASE_URL" if os.environ.get("ATTNSWEEP_DATABASE_URL") else "the default database (--db to name one)"
+    named = "database_url" in get_settings().model_fields_set
+    return "ATTNSWEEP_DATABASE_URL" if named else "the default database (--db to name one)"
 
 
 def _check_sqlite_folder(url: str, source: str) -> None:
@@ -106,13 +109,6 @@ def _root(
     """Sweep split-KV attention kernels against a host reference."""
 
 
-def _defects_help() -> str:
-    from kernels.backend import DEFECTS
-
-    return ("compile a known bug into the kernels, to show that sweeps catch it (repeatable); one of: "
-            + "; ".join(f"{name} ({what})" for name, what in DEFECTS.items()))
-
-
 DEFAULT_FAIL_ON = "fail,nan,fault,unsafe,error,timeout"
 
 
@@ -127,11 +123,9 @@ def _fail_on(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _spec(**fields: Any):
-    from cli.options import build_spec
-
+def _spec(options: SweepOptions):
     try:
-        return build_spec(**fields)
+        return build_spec(**options.fields)
     except ConfigError as exc:
         # The request model names its fields as the REST body does (ranges.g); say the option.
         fail("; ".join(f"--range {f.removeprefix('ranges.')}: {r}" if f.startswith("ranges.")
@@ -140,43 +134,21 @@ def _spec(**fields: Any):
 
 def _option(field: str) -> str:
     name = field.split(".", 1)[0]  # dtypes.0: the first entry of --dtypes
-    return "--" + name.replace("_", "-") if name in _OPTION_FIELDS else field
+    return "--" + name.replace("_", "-") if name in OPTION_FIELDS else field
 
 
-# Sweep request fields that are CLI options of the same name (docs/spec.md §8).
-_OPTION_FIELDS = ("samples", "seed", "dtypes", "backend", "label", "max_tokens", "splitkv_extra_bytes_limit",
-                  "reference_flops_limit", "reference_bytes_limit")
-
-SAMPLES = typer.Option(50, "--samples", help="configs to run (accepted by every prefilter)")
-SEED = typer.Option(None, "--seed", help="sweep seed (default: the ISO week number)")
-DTYPES = typer.Option("f16,bf16,f32,i8", "--dtypes", help="comma-separated dtypes to sample")
-BACKEND = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip|hostemu (auto: a usable GPU, else the cpu emulation; hostemu: the kernel source run on the CPU)")
-LABEL = typer.Option(None, "--label", help="a free-text name stored with the sweep (filters and the dashboard show it)")
-MAX_TOKENS = typer.Option(16384, "--max-tokens", help="prefilter: a config is dropped when max(seq_len_q, seq_len_k) * g exceeds this")
-SKV_LIMIT = typer.Option(None, "--splitkv-extra-bytes-limit", help="bytes; default: device memory // 8 in [1, 8] GiB, 1.5 GiB without a GPU")
-FLOPS_LIMIT = typer.Option(2e10, "--reference-flops-limit", help="prefilter: most floating-point operations the host reference may spend on a config")
-BYTES_LIMIT = typer.Option(1 << 30, "--reference-bytes-limit", help="prefilter: most bytes the host reference may hold for a config")
-RANGES = typer.Option([], "--range", help="override a sampled range, e.g. g=1:64 (repeatable)")
+DB = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)")
 
 
 @app.command()
+@sweep_options()
 def run(
-    samples: int = SAMPLES,
-    seed: Optional[int] = SEED,
-    dtypes: str = DTYPES,
-    backend: str = BACKEND,
-    label: Optional[str] = LABEL,
-    max_tokens: int = MAX_TOKENS,
-    splitkv_extra_bytes_limit: Optional[int] = SKV_LIMIT,
-    reference_flops_limit: float = FLOPS_LIMIT,
-    reference_bytes_limit: int = BYTES_LIMIT,
-    range_: list[str] = RANGES,
-    db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"),
+    options: SweepOptions,
+    db: Optional[str] = DB,
     report_json: Optional[Path] = typer.Option(None, "--report-json", help="write the sweep report (docs/spec.md §8 keys) here"),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write the sweep as JUnit XML here (one testcase per config; failing outcomes are failures or errors), for CI test reports"),
     fail_on: str = typer.Option(DEFAULT_FAIL_ON, "--fail-on", help="comma-separated outcomes that make the exit status 1 when any config ends in one (oom and not_applicable count only when named)"),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="local worker processes (embedded mode; default 1, with --gpus one per entry), dealt round-robin over --gpus"),
-    defect: list[str] = typer.Option([], "--defect", help=_defects_help()),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="all, or GPU indices like 0,1: spread the sweep over these GPUs, each process pinned to one (repeats share a GPU)"),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help="seconds a config may run before it is stored as timeout and its process replaced (default: ATTNSWEEP_CONFIG_TIME_LIMIT_S; 0: none)"),
     sanitize: Optional[str] = typer.Option(None, "--sanitize", help="run configs under compute-sanitizer: memcheck|racecheck|synccheck|initcheck (cuda only); a finding stores the config as unsafe"),
@@ -190,22 +162,17 @@ def run(
     from cli.progress import progress_bar
     from kernels import get_backend
     from kernels.backend import BackendUnavailable
-    from store.db import session_scope
-    from workers.embedded import execute_sweep
-    from sweeps.plan import plan_sweep
-    from sweeps.sampler import SamplingExhausted
+    from submit.sweep import SubmitError, run_sweep
     from workers.sanitize import check_request
 
-    spec = _spec(samples=samples, seed=seed, dtypes=dtypes, backend=backend, label=label, max_tokens=max_tokens,
-                 splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
-                 reference_bytes_limit=reference_bytes_limit, ranges=range_)
+    spec = _spec(options)
     failing = _fail_on(fail_on)
     for path, option in ((report_json, "--report-json"), (junit_xml, "--junit-xml")):
         if path is not None and not path.resolve().parent.is_dir():
             fail(f"{option}: the folder {str(path.parent)!r} does not exist")
     url = _database_url(db)
     _migrate(url, _db_source(db))  # before the backend starts: a wrong --db is found in a second, not after a compile
-    defects = frozenset(defect)
+    defects = frozenset(options.defects)
     if (jobs or 0) > 1 or gpus is not None:
         from workers.embedded import start_pool_server
 
@@ -233,24 +200,24 @@ def run(
     if jobs < len(gpu_list):
         be.close()
         fail(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpu_list)})")
+
+    @contextmanager
+    def started(sweep_id: int, total: int) -> Iterator[Callable[[Any], None]]:
+        console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}, backend {info.backend} on {info.device}"
+                      + (f", GPUs {','.join(map(str, gpu_list))}, {jobs} processes" if gpu_list else ""),
+                      highlight=False, soft_wrap=True)
+        be.close()
+        with progress_bar(console, total, "configs") as advance:
+            yield lambda r: advance(r.outcome)
+
     t0 = time.perf_counter()
     try:
-        with session_scope(url) as s:
-            sweep_id, _ = plan_sweep(s, spec, device_total_memory=info.total_memory, device=info.device,
-                                     sanitize=(sanitize, sanitize_share) if sanitize else None,
-                                     defects=tuple(sorted(defects)))
-    except SamplingExhausted as exc:
+        sweep_id = run_sweep(url, spec, backend=info.backend, device_total_memory=info.total_memory, device=info.device,
+                             defects=defects, sanitize=(sanitize, sanitize_share) if sanitize else None, jobs=jobs,
+                             gpus=gpu_list, time_limit_s=time_limit, started=started)
+    except SubmitError as exc:
+        be.close()
         fail(str(exc))
-    console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}, backend {info.backend} on {info.device}"
-                  + (f", GPUs {','.join(map(str, gpu_list))}, {jobs} processes" if gpu_list else ""), highlight=False, soft_wrap=True)
-    with session_scope(url) as s:
-        from store.repo import sweep_counts
-
-        total = sweep_counts(s, sweep_id)["configs_total"]
-    be.close()
-    with progress_bar(console, total, "configs") as advance:
-        execute_sweep(url, sweep_id, info.backend, defects=defects, jobs=jobs, on_result=lambda r: advance(r.outcome),
-                      gpus=gpu_list, time_limit_s=time_limit)
     wall = time.perf_counter() - t0
     report = sweep_report(url, sweep_id, wall)
     print_summary(Console(), url, sweep_id, report)
@@ -278,16 +245,9 @@ def _junit(url: str, sweep_id: int) -> bytes:
 
 
 @app.command()
+@sweep_options(label=False, defects=False)
 def sample(
-    samples: int = SAMPLES,
-    seed: Optional[int] = SEED,
-    dtypes: str = DTYPES,
-    backend: str = BACKEND,
-    max_tokens: int = MAX_TOKENS,
-    splitkv_extra_bytes_limit: Optional[int] = SKV_LIMIT,
-    reference_flops_limit: float = FLOPS_LIMIT,
-    reference_bytes_limit: int = BYTES_LIMIT,
-    range_: list[str] = RANGES,
+    options: SweepOptions,
     as_json: bool = typer.Option(False, "--json", help="print {configs, filtered, draws} as one JSON object"),
 ) -> None:
     """Sample and prefilter exactly as `run` would, executing nothing."""
@@ -295,9 +255,7 @@ def sample(
     from sweeps.sampler import SamplingExhausted
     from sweeps.sampler import sample as draw
 
-    spec = _spec(samples=samples, seed=seed, dtypes=dtypes, backend=backend, label=None, max_tokens=max_tokens,
-                 splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
-                 reference_bytes_limit=reference_bytes_limit, ranges=range_)
+    spec = _spec(options)
     total_memory = None
     if spec.backend != "cpu" and spec.splitkv_extra_bytes_limit is None:
         from kernels import get_backend
@@ -320,7 +278,7 @@ def verify(
     config: str = typer.Option(..., "--config", help="config JSON, or @file; split_kv 0 picks the split count for the GPU (kernels/autosplit.py)"),
     backend: str = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip (auto: a usable GPU, else the cpu emulation)"),
     gates: Optional[str] = typer.Option(None, "--gates", help="gates JSON a reproducer carries (default: strict verifier)"),
-    defect: list[str] = typer.Option([], "--defect", help=_defects_help()),
+    defect: list[str] = typer.Option([], "--defect", help=defects_help()),
 ) -> None:
     """Run one config with the strict verifier defaults (or the gates a reproducer carries).
 
@@ -377,7 +335,7 @@ def verify(
 @app.command()
 def failures(
     sweep: Optional[int] = typer.Argument(None, min=1, help="sweep id (default: every sweep, newest failures first)"),
-    db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"),
+    db: Optional[str] = DB,
     outcome: Optional[str] = typer.Option(None, "--outcome", help="only these failing outcomes, comma-separated: fail, nan, fault, unsafe, error, timeout, oom"),
     gate: Optional[str] = typer.Option(None, "--gate", help="only failures charged to these gates, comma-separated: rms, row, lse, partials, err_ratio"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="only these dtypes, comma-separated: f16, bf16, f32, i8"),
@@ -389,7 +347,8 @@ def failures(
     from api.convert import config_run_public
     from api.errors import ProblemError
     from api.filters import parse_str_match
-    from api.schemas.analysis import FailureRow, gate_check
+    from api.convert import gate_check
+    from api.schemas.analysis import FailureRow
     from attnconfig.outcomes import FAILING_OUTCOMES
     from store import queries
     from store.db import session_scope
@@ -452,7 +411,7 @@ def _print_failures(rows: list, has_more: bool) -> None:
 
 
 @db_app.command("upgrade")
-def db_upgrade(db: Optional[str] = typer.Option(None, "--db", help="SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)")) -> None:
+def db_upgrade(db: Optional[str] = DB) -> None:
     """Migrate the database to the newest schema revision."""
     url = _database_url(db)
     _migrate(url, _db_source(db))
@@ -473,7 +432,7 @@ def serve(
     """Run the HTTP API (settings from ATTNSWEEP_*; the database must be migrated: `attnsweep db upgrade`)."""
     import uvicorn
 
-    from core.settings import get_settings
+    from settings import get_settings
     from store.migrate import is_current
 
     if not is_current(get_settings().database_url):
@@ -482,55 +441,50 @@ def serve(
 
 
 @app.command()
+@sweep_options()
 def submit(
-    samples: int = SAMPLES,
-    seed: Optional[int] = SEED,
-    dtypes: str = DTYPES,
-    backend: str = BACKEND,
-    label: Optional[str] = LABEL,
-    max_tokens: int = MAX_TOKENS,
-    splitkv_extra_bytes_limit: Optional[int] = SKV_LIMIT,
-    reference_flops_limit: float = FLOPS_LIMIT,
-    reference_bytes_limit: int = BYTES_LIMIT,
-    range_: list[str] = RANGES,
-    defect: list[str] = typer.Option([], "--defect", help=_defects_help()),
+    options: SweepOptions,
     idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key", help="a retried submit with the same key returns the first one's sweep"),
 ) -> None:
     """Submit a sweep to the service's workers (settings from ATTNSWEEP_*), as POST /sweeps does.
 
     The same path as the API and the CI webhook: the sweep is committed with its configs, then
     published; with the broker away it stays queued and the workers' reconciler publishes it."""
+    from api.schemas.sweeps import SweepAccepted, SweepCreate
+    from api.submission import accepted, check_idempotency_key, problem_of
     from api.errors import ProblemError
-    from api.schemas.sweeps import SweepCreate
-    from api.submission import submit_sweep
-    from core.settings import get_settings
     from pydantic import ValidationError
+    from settings import get_settings
     from store.db import is_unreachable, session_factory
     from store.migrate import is_current
+    from submit.sweep import SubmitError, submit_sweep
     from workers.app import create_celery
 
-    spec = _spec(samples=samples, seed=seed, dtypes=dtypes, backend=backend, label=label, max_tokens=max_tokens,
-                 splitkv_extra_bytes_limit=splitkv_extra_bytes_limit, reference_flops_limit=reference_flops_limit,
-                 reference_bytes_limit=reference_bytes_limit, ranges=range_)
+    spec = _spec(options)
     try:
-        body = SweepCreate.model_validate({**spec.model_dump(exclude_none=True), "defects": defect})
+        # The request rules the API checks beyond the spec (defects known, not repeated).
+        SweepCreate.model_validate({**spec.model_dump(exclude_none=True), "defects": options.defects})
     except ValidationError as exc:
         from api.errors import request_problems
 
         fail("; ".join(f"{f}: {r}" for f, r in request_problems(exc.errors())))
     settings = get_settings()
     try:
+        key = check_idempotency_key(idempotency_key)
         if not is_current(settings.database_url):
             fail("the database is not at the newest schema revision: run `attnsweep db upgrade` first")
         with session_factory(settings.database_url)() as session:
-            accepted = submit_sweep(session, create_celery(settings), settings, body, idempotency_key=idempotency_key)
+            done: SweepAccepted = accepted(submit_sweep(session, create_celery(settings), settings, spec,
+                                                        defects=options.defects, idempotency_key=key))
+    except SubmitError as exc:
+        fail(str(problem_of(exc)))
     except ProblemError as exc:
         fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - a database that cannot be reached is one line, not a traceback
         if not is_unreachable(exc):
             raise
         fail(f"database: cannot be reached ({str(exc).splitlines()[0]}); try again later", code=3)
-    print(accepted.model_dump_json())
+    print(done.model_dump_json())
 
 
 @app.command()
@@ -547,10 +501,10 @@ def worker(
     if gpu is not None and queue != "gpu":
         fail("--gpu needs --queue gpu")
     if concurrency > 1:
-        from sweeps.threads import cap_blas_threads
+        from workers.threads import cap_blas_threads
 
         cap_blas_threads()  # before workers.start imports numpy: the forked children inherit its BLAS
-    from core.settings import get_settings
+    from settings import get_settings
     from workers.start import WorkerStartError, start_worker
 
     try:

@@ -2,11 +2,11 @@
 
 On a terminal: a live bar. Anywhere else (a CI log, a pipe, a file) a bar's redraws would be
 control characters and carriage returns, so it writes a plain line at most every
-ATTNSWEEP_PROGRESS_INTERVAL_S seconds (default 10) and one when the last config finishes.
+ATTNSWEEP_PROGRESS_INTERVAL_S seconds (settings.progress_interval_s, default 10) and one when
+the last config finishes.
 """
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -15,14 +15,10 @@ from typing import Callable, Iterator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-DEFAULT_INTERVAL_S = 10.0
-
-
 def interval_s() -> float:
-    try:
-        return max(0.0, float(os.environ.get("ATTNSWEEP_PROGRESS_INTERVAL_S", DEFAULT_INTERVAL_S)))
-    except ValueError:
-        return DEFAULT_INTERVAL_S
+    from settings import get_settings
+
+    return get_settings().progress_interval_s
 
 
 def _counts(counts: Counter[str]) -> str:

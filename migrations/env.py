@@ -14,7 +14,7 @@ target_metadata = Base.metadata
 def _url() -> str:
     url = config.get_main_option("sqlalchemy.url")
     if not url:
-        from core.settings import get_settings
+        from settings import get_settings
 
         url = get_settings().database_url
     return normalize_url(url)

@@ -1,7 +1,6 @@
 """Engines and sessions from a database URL; the schema itself belongs to the migrations."""
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Iterator
@@ -10,18 +9,14 @@ from sqlalchemy import create_engine, event, exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-# Seconds a new PostgreSQL connection may take (ATTNSWEEP_DB_CONNECT_TIMEOUT_S): with the server
-# down or unreachable, a request or a task fails within this and is answered 503 or retried,
-# instead of waiting for the kernel's TCP timeout. Read from the environment because engines are
-# shared per URL, whatever the Settings object.
-DEFAULT_CONNECT_TIMEOUT_S = 3
-
-
 def connect_timeout_s() -> int:
-    try:
-        return max(1, int(float(os.environ.get("ATTNSWEEP_DB_CONNECT_TIMEOUT_S", DEFAULT_CONNECT_TIMEOUT_S))))
-    except ValueError:
-        return DEFAULT_CONNECT_TIMEOUT_S
+    """Seconds a new PostgreSQL connection may take (settings.db_connect_timeout_s): with the
+    server down or unreachable, a request or a task fails within this and is answered 503 or
+    retried, instead of waiting for the kernel's TCP timeout. The process's settings, not a
+    caller's Settings object: engines are shared per URL."""
+    from settings import get_settings
+
+    return get_settings().db_connect_timeout_s
 
 
 def is_unreachable(error: BaseException) -> bool:

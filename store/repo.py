@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -10,6 +10,9 @@ from sqlalchemy.orm import Session
 from attnconfig import AttentionConfig
 from attnconfig.outcomes import OUTCOMES
 from store.models import ConfigRun, FilterCount, Sweep
+
+if TYPE_CHECKING:
+    from sweeps.plan import SweepPlan
 
 
 def now() -> datetime:
@@ -80,6 +83,13 @@ def create_sweep(
         session.add(FilterCount(sweep_id=sweep.id, reason=reason, count=count))
     bulk_add_configs(session, sweep.id, [config_columns(c) for c in configs])
     return sweep
+
+
+def store_plan(session: Session, plan: "SweepPlan") -> Sweep:
+    """Store a planned sweep (sweeps.plan.plan_sweep), queued; the caller commits."""
+    return create_sweep(session, request=plan.request, seed=plan.seed, backend=plan.backend, label=plan.label,
+                        splitkv_budget=plan.budget.bytes, budget_source=plan.budget.source, device=plan.device,
+                        draws=plan.draws, filtered=plan.filtered, configs=plan.configs)
 
 
 def record_result(session: Session, sweep_id: int, config_hash: str, row: Mapping[str, Any], worker: str | None = None) -> None:

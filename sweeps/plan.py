@@ -1,13 +1,10 @@
-"""Plan a sweep: resolve the split-KV budget, sample and prefilter, store it queued."""
+"""Plan a sweep: resolve the split-KV budget, sample and prefilter; what to store, stored by store.repo."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from attnconfig import AttentionConfig
-from store import repo
 from sweeps.filters import splitkv_budget
 from sweeps.sampler import SampleResult, sample
 from sweeps.spec import SweepSpec
@@ -26,49 +23,51 @@ def resolve_budget(spec: SweepSpec, device_total_memory: int | None) -> Budget:
     return Budget(splitkv_budget(device_total_memory, None), source)
 
 
+@dataclass(frozen=True)
+class SweepPlan:
+    """What to store for a sweep (store.repo.store_plan): its request, budget and accepted configs."""
+
+    request: dict[str, Any]   # the spec as JSON, plus what the caller stores beside it
+    seed: int
+    backend: str
+    label: str | None
+    budget: Budget
+    device: str | None
+    configs: list[AttentionConfig]
+    draws: int = 0                                          # 0: an explicit config list, not sampled
+    filtered: dict[str, int] = field(default_factory=dict)  # configs each prefilter dropped
+
+
 def plan_sweep(
-    session: Session,
     spec: SweepSpec,
     *,
     device_total_memory: int | None,
-    device: str | None,
+    device: str | None = None,
     configs: list[AttentionConfig] | None = None,
     request_extra: dict[str, Any] | None = None,
     sanitize: tuple[str, float] | None = None,
     defects: tuple[str, ...] = (),
-) -> tuple[int, SampleResult | None]:
-    """Store the sweep and its accepted configs; an explicit config list skips sampling.
+) -> SweepPlan:
+    """The sweep to store: its budget resolved, its configs sampled and prefiltered (an explicit
+    config list skips sampling). Raises sweeps.sampler.SamplingExhausted.
 
     `request_extra` adds what a caller stores beside the spec (the service: defects, rerun_of).
     `sanitize`: (compute-sanitizer tool, share of the configs): the configs it picks
-    (workers/sanitize.py, stratified by kernel variant) are stored in the request, where every
-    worker reads them."""
+    (pick_configs, stratified by kernel variant) are stored in the request, where every worker
+    reads them."""
     budget = resolve_budget(spec, device_total_memory)
-    seed = spec.resolved_seed()
-    sampled = None
+    filtered: dict[str, int] = {}
+    draws = 0
     if configs is None:
-        sampled = sample(spec, budget.bytes)
+        sampled: SampleResult = sample(spec, budget.bytes)
         configs, filtered, draws = sampled.configs, sampled.filtered, sampled.draws
-    else:
-        filtered, draws = {}, 0
     extra = dict(request_extra or {})
     if sanitize is not None:
         tool, share = sanitize
         extra.update(sanitize=tool, sanitize_share=share, sanitize_configs=pick_configs(configs, share, defects))
-    sweep = repo.create_sweep(
-        session,
-        request={**spec.model_dump(mode="json"), **extra},
-        seed=seed,
-        backend=spec.backend,
-        label=spec.label,
-        splitkv_budget=budget.bytes,
-        budget_source=budget.source,
-        device=device,
-        draws=draws,
-        filtered=filtered,
-        configs=configs,
-    )
-    return sweep.id, sampled
+    return SweepPlan(request={**spec.model_dump(mode="json"), **extra}, seed=spec.resolved_seed(), backend=spec.backend,
+                     label=spec.label, budget=budget, device=device, configs=list(configs), draws=draws,
+                     filtered=dict(filtered))
 
 
 def pick_configs(configs: list[AttentionConfig], share: float, defects: tuple[str, ...] = ()) -> list[str]:

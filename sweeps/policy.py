@@ -31,7 +31,7 @@ GATE_BOUNDS - PROVISIONAL, to be replaced by the GPU calibration of docs/spec.md
 configs of the correct kernels, zero false failures with >= 2x margin). Derived from a numpy
 emulation of a correct kernel (f32 accumulation, P rounded to the storage dtype before P.V, i8:
 P to f16; O rounded to the output dtype) against the f64 reference, over ~1,500 sampled configs
-up to head dim 1024 and seq_len_k 16384 (emulation script described in the helper report):
+up to head dim 1024 and seq_len_k 16384:
   row_err: with head_dim_v >= 8 a correct kernel's worst row is one output ulp (f16/i8 2^-10 =
     9.8e-4, bf16 2^-7 = 7.8e-3, f32 ~2e-5). Bound = 4 output ulps (f32: 2e-4, ~10x).
   lse_max_abs: f16/bf16/f32 configs return an f32 LSE whose worst error was 4.6e-5 (|LSE| up to
@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from attnconfig.config import AttentionConfig
+from attnconfig.config import AttentionConfig, parse_config
 
 SATURATED_THRESHOLD = 0.15
 SATURATED_HEAD_DIM = 64  # saturated softmax when with_attn_scale is false and head_dim_qk > this
@@ -242,3 +242,51 @@ __all__ = [
     "GATE_BOUNDS", "THRESHOLD_REASONS", "Verdict", "evaluate", "evaluate_with_gates", "gates_for",
     "output_dtype", "rms_threshold", "strict_rms_threshold",
 ]
+
+
+# --- a stored failure, explained ---------------------------------------------------------------
+THRESHOLD_WHY = {
+    "explicit": "the config's own rms_threshold",
+    "saturated_softmax": f"saturated softmax: with_attn_scale=false and head_dim_qk > {SATURATED_HEAD_DIM}",
+    "bf16": "bf16 threshold",
+    "default": "default threshold (f16, f32, i8)",
+    "strict": "verify's strict threshold",
+}
+
+
+@dataclass(frozen=True)
+class GateFinding:
+    """The metric that decided a failure against its bound, and where the bound comes from
+    (metric, value and bound None where no gate decided: error, timeout, oom)."""
+
+    gate: str | None
+    metric: str | None
+    value: float | int | None
+    bound: float | int | None
+    why: str
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0][:300] if (text or "").strip() else ""
+
+
+def explain_failure(config: Mapping[str, Any], outcome: str | None, failed_gate: str | None,
+                    metrics: Mapping[str, Any], gates: Mapping[str, Any] | None, threshold_reason: str | None,
+                    detail: str | None) -> GateFinding:
+    """A stored failure's verdict re-derived from its metrics and gates by the policy that made
+    it (docs/spec.md §5). Outcomes no gate decides, and rows whose re-derived verdict differs
+    from the stored one, are explained by the first line of their detail."""
+    verdict = None
+    if outcome in ("fail", "nan") and gates:
+        try:
+            verdict = evaluate_with_gates(parse_config(dict(config)), metrics, gates)
+        except (ValueError, KeyError):
+            verdict = None
+        if verdict is not None and (verdict.outcome, verdict.failed_gate) != (outcome, failed_gate):
+            verdict = None
+    if verdict is None:
+        return GateFinding(failed_gate, None, None, None, _first_line(detail) or outcome or "")
+    why = verdict.why
+    if verdict.outcome == "fail" and verdict.failed_gate == "rms":
+        why = THRESHOLD_WHY.get(threshold_reason or "", why)
+    return GateFinding(verdict.failed_gate, verdict.metric, verdict.value, verdict.bound, why)

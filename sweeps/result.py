@@ -61,6 +61,42 @@ class ConfigResult:
         return row
 
 
+def new_result(config: AttentionConfig, gates: dict[str, Any], backend: str, defects: frozenset[str],
+               info: Any = None, outcome: str = "error", detail: str = "") -> ConfigResult:
+    """A result of `config` with the device facts of `info` (a kernels.backend.DeviceInfo; None
+    where the device could not be asked) and the reproducer of its gates: every result starts
+    here, so a reproducer is built in this one place."""
+    return ConfigResult(
+        config=config, outcome=outcome, detail=detail, gates=gates,
+        backend=info.backend if info else backend, device=info.device if info else "",
+        driver_version=info.driver_version if info else "", compiler_version=info.compiler_version if info else "",
+        reproducer=reproducer_command(config, info.backend if info else backend, gates, defects),
+    )
+
+
+def unrun_result(config: AttentionConfig, backend: Any, backend_name: str, gates: dict[str, Any],
+                 outcome: str, detail: str, total_s: float | None = None,
+                 defects: frozenset[str] = frozenset()) -> ConfigResult:
+    """A result for a config that did not finish (timeout) or could not start (no such backend
+    here). `backend`: the kernels.backend.Backend it was to run on, None where there is none."""
+    info = None
+    if backend is not None and not backend.poisoned:
+        try:
+            info = backend.device_info()
+        except Exception:  # noqa: BLE001 - a stuck or broken device still gets its config stored
+            info = None
+    result = new_result(config, gates, backend_name, backend.defects if backend is not None else defects,
+                        info, outcome, detail)
+    if total_s is not None:
+        result.timings["total_s"] = total_s
+    return result
+
+
+def at_commit(reproducer: str, commit: str) -> str:
+    """The reproducer of a result of a kernel revision: run in a checkout of that commit."""
+    return f"git checkout {shlex.quote(commit)} && {reproducer}" if reproducer else reproducer
+
+
 def reproducer_command(config: AttentionConfig, backend: str, gates: dict[str, Any], defects: frozenset[str]) -> str:
     """One line that re-runs this config with the same gates, so it reproduces the verdict."""
     parts = ["attnsweep", "verify", "--backend", backend, "--config", config.to_json(),

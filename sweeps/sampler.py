@@ -19,7 +19,7 @@ P(k) proportional to log((k+1)/k); "pick(xs)" is `xs[rng.integers(len(xs))]`):
     GQA: 1/2 (renormalised over the modes the head ranges allow; the default allows all three).
     MHA: Hq = Hkv = pick(MHA set). GQA: Hq = pick(Pq), Hkv = pick(Pkv), both drawn again until
     Hq > Hkv. Pq / Pkv are the powers of two >= 2 in the num_heads_q / num_heads_kv ranges
-    (default [1, 64] -> {2, ..., 64}, SPEC's 2^u with u in [1, 6]); the MHA set is Pq restricted
+    (default [1, 64] -> {2, ..., 64}, docs/spec.md's 2^u with u in [1, 6]); the MHA set is Pq restricted
     to the num_heads_kv range; (1, 1) is allowed when 1 is in both ranges.
  5. return_lse coin; it is forced true (the coin still drawn) when 1 is not in the split_kv
     range. split_kv = pick(powers of two in the split_kv range) when return_lse, else 1.
@@ -48,7 +48,7 @@ num_heads_q=128:128); head-dim overrides (within [1, 1024]) restrict the common 
 log-uniform range. An override that leaves no possible value (heads or split_kv ranges without
 a suitable power of two) is rejected by SweepSpec validation with a message naming the range.
 
-Each drawn config goes through the prefilters in SPEC order; a config that passes but whose
+Each drawn config goes through the prefilters in docs/spec.md's order; a config that passes but whose
 content hash was already accepted is counted `duplicate`. `filtered` counts every draw that
 was not accepted, so sum(filtered.values()) == draws - len(configs). When `draws` reaches the
 cap (spec.max_draws, default 1000 * samples) before `samples` configs are accepted,

@@ -23,7 +23,7 @@ from typing import Any
 
 from celery import Celery
 
-from core.settings import Settings, get_settings
+from settings import Settings, get_settings
 
 TASK_RUN_CONFIGS = "attnsweep.run_configs"
 PRIORITY_STEPS = [0, 3, 6, 9]
@@ -32,7 +32,7 @@ SWEEP_PRIORITY = 6   # nightly and other API sweeps
 
 
 def queue_kind(backend: str) -> str:
-    """SPEC §8: backend cpu -> the cpu queue; auto, cuda, hip -> the GPU queue. hostemu runs on
+    """docs/spec.md §8: backend cpu -> the cpu queue; auto, cuda, hip -> the GPU queue. hostemu runs on
     the CPU too, so it goes to the cpu queue."""
     return "cpu" if backend in ("cpu", "hostemu") else "gpu"
 

@@ -37,42 +37,33 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator
 
 from attnconfig import parse_config
-from core.settings import Settings
 from kernels.backend import Backend
 from kernels.devices import pin_gpu
 from reference import make_inputs
+from settings import Settings
 from store import repo
 from store.db import session_scope
 from sweeps.filters import host_cost
-from sweeps.heap import retain_freed_memory
 from sweeps.policy import gates_for
-from sweeps.result import ConfigResult
-from sweeps.threads import cap_blas_threads
-from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits, unrun_result
+from sweeps.result import ConfigResult, unrun_result
+from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
+from workers.threads import cap_blas_threads
 
 STORE_BATCH_MAX = 64   # results in one transaction at most
 MAX_STARTS = 3         # processes that may die in one config before it is stored as `error`
 KILL_MARGIN_S = 30.0   # past limit + grace, the watchdog itself is stuck: the process is killed
 
 
-class ProcessSettings(NamedTuple):
-    """What a computing process takes from core.settings, read here in the parent: a setting
-    that does not validate fails the sweep here, not in every worker process."""
-
-    heap_retain_mb: int
-    overlap: bool | None  # run_config's overlap: None lets the backend decide, False never
-    limits: Limits = Limits(0.0, 0.0)
-
-    @classmethod
-    def now(cls, time_limit_s: float | None = None) -> "ProcessSettings":
-        settings = Settings()  # not get_settings' cache: the environment may have changed since
-        limits = Limits.of(settings)
-        if time_limit_s is not None:
-            limits = Limits(time_limit_s, limits.grace_s)
-        return cls(settings.heap_retain_mb, None if settings.overlap_device else False, limits)
+def process_limits(time_limit_s: float | None = None) -> Limits:
+    """The per-config limits the computing processes take from the settings, read here in the
+    parent: a setting that does not validate fails the sweep here, not in every worker process.
+    `time_limit_s` replaces the setting's per-config limit."""
+    settings = Settings()  # not get_settings' cache: the environment may have changed since
+    limits = Limits.of(settings)
+    return limits if time_limit_s is None else Limits(time_limit_s, limits.grace_s)
 
 
 @dataclass(frozen=True)
@@ -81,7 +72,7 @@ class WorkerSpec:
 
     backend_name: str
     defects: frozenset[str]
-    process: ProcessSettings
+    limits: Limits
     name: str = "embedded"
     gpu: int | None = None
     sanitize: tuple[str, frozenset[str]] | None = None
@@ -105,7 +96,6 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
     """Run the configs this process is sent until told to stop (None) or until it must end."""
     os.environ.clear()   # the parent's environment now, not the fork server's at its start
     os.environ.update(environ)
-    retain_freed_memory(spec.process.heap_retain_mb)
     if spec.gpu is not None:
         pin_gpu(spec.gpu)   # before the thread below loads a runtime, which reads the pin
     from kernels import get_backend
@@ -123,8 +113,7 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
         handed.append(True)
         return loading.result()
 
-    executor = ConfigExecutor(spec.backend_name, spec.defects, limits=spec.process.limits,
-                              overlap=spec.process.overlap, backend_factory=backend,
+    executor = ConfigExecutor(spec.backend_name, spec.defects, limits=spec.limits, backend_factory=backend,
                               sanitize=spec.sanitize[0] if spec.sanitize else None,
                               sanitize_hashes=spec.sanitize[1] if spec.sanitize else frozenset())
     lock = threading.Lock()
@@ -158,7 +147,7 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
             send(i, result, True)
             os._exit(WATCHDOG_EXIT)
 
-        result = executor.run(config, hard_timeout, drawn=drawn)
+        result = executor.run(config, gates_for(config), hard_timeout, drawn=drawn)
         drawn = None   # freed before the memory below is read
         # Not stored: epoch times that line up the pool's processes (bench/sweep.py shows where a
         # pool idles), and the process's memory: its peak, and what stays resident between configs.
@@ -245,13 +234,13 @@ class _Slot:
 
 
 def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs: int,
-             gpus: tuple[int, ...] = (), process: ProcessSettings | None = None,
+             gpus: tuple[int, ...] = (), limits: Limits | None = None,
              sanitize: tuple[str, frozenset[str]] | None = None) -> Iterator[list[tuple[ConfigResult, str]]]:
     """Batches of (result, worker name): each holds the results that were in when it was taken.
     The pool runs in a thread of its own, so its processes keep working while the caller stores."""
     if gpus and jobs < len(gpus):
         raise ValueError(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpus)})")
-    process = process or ProcessSettings.now()
+    limits = limits or process_limits()
     jobs = max(1, jobs)
     if jobs > 1:
         cap_blas_threads()  # jobs processes already fill the cores
@@ -259,10 +248,10 @@ def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs:
         return
     todo = largest_first(todo)
     ctx = _pool_context()
-    specs = [WorkerSpec(backend_name, defects, process, *worker_name(i, gpus), sanitize) for i in range(jobs)]
+    specs = [WorkerSpec(backend_name, defects, limits, *worker_name(i, gpus), sanitize) for i in range(jobs)]
     out: queue.Queue = queue.Queue()
     stop = threading.Event()
-    pool = threading.Thread(target=_dispatch, args=(ctx, specs[:min(jobs, len(todo))], todo, process.limits, out, stop),
+    pool = threading.Thread(target=_dispatch, args=(ctx, specs[:min(jobs, len(todo))], todo, limits, out, stop),
                             name="embedded-pool", daemon=True)
     pool.start()
     try:
@@ -380,8 +369,8 @@ def execute_sweep(
         sanitize = repo.sweep_sanitize(s, sweep_id)
         repo.set_status(s, sweep_id, "running")
     try:
-        process = ProcessSettings.now(time_limit_s)   # a setting that does not validate fails the sweep
-        for batch in _results(todo, backend_name, defects, jobs, tuple(gpus), process, sanitize):
+        limits = process_limits(time_limit_s)   # a setting that does not validate fails the sweep
+        for batch in _results(todo, backend_name, defects, jobs, tuple(gpus), limits, sanitize):
             t0 = time.perf_counter()
             with session_scope(db_url) as s:
                 repo.record_results(s, sweep_id, [(r.config_hash, r.to_row(), worker) for r, worker in batch])

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from celery import Celery
 
 from attnconfig import AttentionConfig
-from core.settings import Settings
+from settings import Settings
 from kernels.variants import variant_key
 from workers.app import SWEEP_PRIORITY, TASK_RUN_CONFIGS, queue_kind
 

@@ -20,24 +20,22 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 from collections import Counter
 from typing import Any, Callable, Sequence
 
 from attnconfig import parse_config
 from ci.notify import sweep_ended
-from core.settings import Settings
+from settings import Settings
 from kernels.source import KernelSource
 from store import repo
 from store.db import session_scope
-from sweeps.heap import retain_freed_memory
 from sweeps.policy import gates_for
-from sweeps.result import ConfigResult
-from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits, unrun_result
+from sweeps.result import ConfigResult, at_commit, unrun_result
+from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAULT_EXIT", "MAX_STARTS", "WATCHDOG_EXIT", "at_commit", "execute_batch"]
+__all__ = ["FAULT_EXIT", "MAX_STARTS", "WATCHDOG_EXIT", "execute_batch"]
 
 # Starts of one config by worker processes that ended without storing it, before it is stored
 # as `error` instead of being run again.
@@ -52,7 +50,7 @@ class BundleCache:
 
     def get(self, url: str, key: str) -> KernelSource | None:
         if key not in self._bundles:
-            from kernelsrc.bundles import load_bundle
+            from store.bundles import load_bundle
 
             with session_scope(url) as s:
                 source = load_bundle(s, key)
@@ -79,7 +77,6 @@ def execute_batch(
 
     Returns counts of outcomes, plus "skipped" for configs already recorded or cancelled.
     """
-    retain_freed_memory(settings.heap_retain_mb)
     url = settings.database_url
     defects = frozenset(defects)
     counts: Counter[str] = Counter()
@@ -93,8 +90,7 @@ def execute_batch(
     if status is None:
         log.warning("sweep %s does not exist; %d configs dropped", sweep_id, len(items))
     source = BUNDLES.get(url, source_hash) if source_hash and pending else None
-    executor = ConfigExecutor(backend_name, defects, err_ratio_gate, Limits.of(settings), source,
-                              overlap=None if settings.overlap_device else False,
+    executor = ConfigExecutor(backend_name, defects, Limits.of(settings), source,
                               sanitize=sanitize[0] if sanitize else None,
                               sanitize_hashes=sanitize[1] if sanitize else frozenset())
     for i, (config_hash, config_json) in enumerate(items):
@@ -124,7 +120,7 @@ def execute_batch(
             result = unrun_result(config, None, backend_name, gates, "error",
                                   f"source bundle {source_hash} of this sweep is not in the store")
         else:
-            result = executor.run(config, record_and_exit)
+            result = executor.run(config, gates, record_and_exit)
         if commit:
             result.reproducer = at_commit(result.reproducer, commit)
         _record(url, sweep_id, config_hash, result, worker)
@@ -142,11 +138,6 @@ def execute_batch(
         if ended:
             sweep_ended(sweep_id, url)
     return dict(counts)
-
-
-def at_commit(reproducer: str, commit: str) -> str:
-    """The reproducer of a result of a kernel revision: run in a checkout of that commit."""
-    return f"git checkout {shlex.quote(commit)} && {reproducer}" if reproducer else reproducer
 
 
 def _record(url: str, sweep_id: int, config_hash: str, result: ConfigResult, worker: str | None) -> None:

@@ -13,6 +13,8 @@ process needs:
   the embedded pool) starts a fresh process, where the configs not yet stored run;
 - sanitizer runs: a config picked for compute-sanitizer runs in a child process under it
   (workers/sanitize.py) instead of in this one.
+
+The caller computes a config's gates once (sweeps.policy.gates_for) and passes them along.
 """
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ from typing import Any, Callable
 from attnconfig import AttentionConfig
 from kernels.backend import Backend, BackendUnavailable
 from kernels.source import KernelSource
-from sweeps.policy import gates_for
-from sweeps.result import ConfigResult, reproducer_command
+from sweeps.result import ConfigResult, unrun_result
 from sweeps.runner import run_config
+from workers.sanitize import run_sanitized
 from workers.timelimit import ConfigTimeLimitExceeded, time_limit
 
 log = logging.getLogger(__name__)
@@ -93,16 +95,15 @@ class Limits:
         return cls(settings.config_time_limit_s, settings.config_time_grace_s)
 
 
+
 @dataclass
 class ConfigExecutor:
     """Runs configs of one sweep's kind (backend, defects, source bundle) in this process."""
 
     backend_name: str
     defects: frozenset[str] = frozenset()
-    err_ratio_gate: float | None = None
     limits: Limits = Limits(0.0, 0.0)
     source: KernelSource | None = None
-    overlap: bool | None = False
     sanitize: str | None = None              # a compute-sanitizer tool for the configs picked
     sanitize_hashes: frozenset[str] = frozenset()
     backends: BackendCache = field(default_factory=lambda: BACKENDS)
@@ -112,22 +113,20 @@ class ConfigExecutor:
     def backend(self) -> Backend:
         return self.backends.get(self.backend_name, self.defects, self.source, self.backend_factory)
 
-    def run(self, config: AttentionConfig, on_hard_timeout: Callable[[ConfigResult], None],
+    def run(self, config: AttentionConfig, gates: dict[str, Any], on_hard_timeout: Callable[[ConfigResult], None],
             drawn: tuple[Any, float] | None = None) -> ConfigResult:
-        """Run and judge `config`. Never raises for the config's own failures: a timeout, a
-        fault, a backend this host lacks are results. `on_hard_timeout` gets the `timeout`
-        result of a config stuck in C past the limit and its grace, from the watchdog thread;
-        it must store or hand it on and end the process."""
-        gates = gates_for(config, err_ratio_gate=self.err_ratio_gate)
+        """Run and judge `config` by `gates` (sweeps.policy.gates_for of the config and the
+        sweep's err_ratio_gate). Never raises for the config's own failures: a timeout, a fault,
+        a backend this host lacks are results. `on_hard_timeout` gets the `timeout` result of a
+        config stuck in C past the limit and its grace, from the watchdog thread; it must store
+        or hand it on and end the process."""
         try:
             backend = self.backend()
         except BackendUnavailable as exc:
             return unrun_result(config, None, self.backend_name, gates, "error",
                                 f"backend {self.backend_name} unavailable on this worker: {exc}")
         if self.sanitize and config.content_hash() in self.sanitize_hashes:
-            from workers.sanitize import run_sanitized
-
-            return run_sanitized(config, backend, gates, self.sanitize, self.limits)
+            return run_sanitized(config, backend, gates, self.sanitize, self.limits.config_s)
         t0 = time.perf_counter()
 
         def hard_timeout() -> None:
@@ -138,7 +137,7 @@ class ConfigExecutor:
 
         try:
             with time_limit(self.limits.config_s, self.limits.grace_s, hard_timeout):
-                result = run_config(config, backend, gates, drawn=drawn, overlap=self.overlap)
+                result = run_config(config, backend, gates, drawn=drawn)
         except ConfigTimeLimitExceeded as exc:
             self.backends.drop(self.backend_name, self.defects, self.source)
             return unrun_result(config, backend, self.backend_name, gates, "timeout", str(exc),
@@ -149,24 +148,3 @@ class ConfigExecutor:
                       config.content_hash(), result.detail.splitlines()[0] if result.detail else "")
         return result
 
-
-def unrun_result(config: AttentionConfig, backend: Backend | None, backend_name: str, gates: dict[str, Any],
-                 outcome: str, detail: str, total_s: float | None = None,
-                 defects: frozenset[str] = frozenset()) -> ConfigResult:
-    """A result for a config that did not finish (timeout) or could not start (no such backend here)."""
-    info = None
-    if backend is not None and not backend.poisoned:
-        try:
-            info = backend.device_info()
-        except Exception:  # noqa: BLE001 - a stuck or broken device still gets its config stored
-            info = None
-    result = ConfigResult(
-        config=config, outcome=outcome, detail=detail, gates=gates,
-        backend=info.backend if info else backend_name, device=info.device if info else "",
-        driver_version=info.driver_version if info else "", compiler_version=info.compiler_version if info else "",
-        reproducer=reproducer_command(config, info.backend if info else backend_name, gates,
-                                      backend.defects if backend is not None else defects),
-    )
-    if total_s is not None:
-        result.timings["total_s"] = total_s
-    return result

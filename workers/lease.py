@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from core.settings import Settings
+from settings import Settings
 from workers.app import redis_client
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from attnconfig import AttentionConfig, parse_config
-from core.settings import Settings
+from settings import Settings
 from store import repo
 from store.models import ConfigRun, Sweep
 from workers.app import CI_PRIORITY, PRIORITY_STEPS, SWEEP_PRIORITY, TASK_RUN_CONFIGS, redis_client

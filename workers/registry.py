@@ -25,7 +25,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-from core.settings import Settings
+from settings import Settings
 from store import repo
 from store.db import normalize_url
 

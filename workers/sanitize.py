@@ -24,11 +24,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from attnconfig import AttentionConfig, parse_config
+from sweeps.result import unrun_result
 
 if TYPE_CHECKING:
     from kernels.backend import Backend
     from sweeps.result import ConfigResult
-    from workers.executor import Limits
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 RESULT_MARK = "ATTNSWEEP-SANITIZED-RESULT "
@@ -62,8 +62,11 @@ def check_request(tool: str | None, backend: str, share: float = 1.0) -> None:
 
 
 def sanitizer_path() -> str | None:
-    """compute-sanitizer: $ATTNSWEEP_COMPUTE_SANITIZER, the PATH, or the CUDA toolkit's folder."""
-    for candidate in (os.environ.get("ATTNSWEEP_COMPUTE_SANITIZER"), shutil.which("compute-sanitizer"),
+    """compute-sanitizer: settings.compute_sanitizer (ATTNSWEEP_COMPUTE_SANITIZER), the PATH, or
+    the CUDA toolkit's folder."""
+    from settings import get_settings
+
+    for candidate in (get_settings().compute_sanitizer, shutil.which("compute-sanitizer"),
                       os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "compute-sanitizer")):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
@@ -79,10 +82,9 @@ def parse_findings(output: str) -> tuple[int, list[str]]:
 
 
 def run_sanitized(config: AttentionConfig, backend: "Backend", gates: dict[str, Any], tool: str,
-                  limits: "Limits") -> "ConfigResult":
-    """Run `config` in a child process under compute-sanitizer `tool` and judge it."""
-    from workers.executor import unrun_result
-
+                  config_time_limit_s: float) -> "ConfigResult":
+    """Run `config` in a child process under compute-sanitizer `tool` and judge it, within
+    TIME_LIMIT_FACTOR x `config_time_limit_s` (0: no limit)."""
     name = backend.device_info().backend
     try:
         check_request(tool, name)
@@ -96,7 +98,7 @@ def run_sanitized(config: AttentionConfig, backend: "Backend", gates: dict[str, 
     cmd = [exe, "--tool", tool, "--print-limit", str(FINDINGS_SHOWN), "--error-exitcode", "0",
            sys.executable, "-m", "workers.sanitize", name]
     payload = json.dumps({"config": config.to_dict(), "gates": gates, "defects": sorted(backend.defects)})
-    limit = limits.config_s * TIME_LIMIT_FACTOR if limits.config_s > 0 else None
+    limit = config_time_limit_s * TIME_LIMIT_FACTOR if config_time_limit_s > 0 else None
     try:
         proc = subprocess.run(cmd, input=payload, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
@@ -141,7 +143,7 @@ def _main(backend_name: str) -> None:
     request = json.loads(sys.stdin.read())
     config = parse_config(request["config"])
     backend = get_backend(backend_name, defects=frozenset(request["defects"]))
-    result = run_config(config, backend, request["gates"], overlap=False)
+    result = run_config(config, backend, request["gates"])
     data = asdict(result)
     data.pop("config")
     data["metrics"] = {k: (None if v is None else (v if isinstance(v, (int, str)) else float(v)))

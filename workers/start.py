@@ -12,7 +12,7 @@ import socket
 
 from celery.signals import worker_ready, worker_shutdown
 
-from core.settings import Settings
+from settings import Settings
 from kernels.devices import pin_gpu
 from workers.app import create_celery
 from workers.lease import LeaseRenewer

@@ -40,7 +40,7 @@ class ConfigBatchTask(Task):
 
     @property
     def settings(self):  # noqa: ANN201
-        from core.settings import get_settings
+        from settings import get_settings
 
         return getattr(self.app, "attnsweep_settings", None) or get_settings()
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.convert import config_run_public
+from api.convert import config_run_public, gate_check, rate_cell
 from api.deps import SweepId, SessionDep, sweep_or_404
 from api.filters import parse_by, parse_sort, result_filter
 from api.schemas.analysis import (
@@ -19,8 +19,6 @@ from api.schemas.analysis import (
     FailureRow,
     FailureRowsPublic,
     SweepFailuresQuery,
-    gate_check,
-    rate_cell,
 )
 from api.schemas.common import Message, Problems
 from store import analysis, queries

@@ -20,12 +20,12 @@ from api.schemas.ci import CiWebhookReply
 from api.schemas.common import Message, Problems
 from attnconfig.config import text_problem
 from ci.events import CiEvent, EventError, Ignored, parse_event
-from ci.launch import start_ci_sweep
 from ci.notify import post_status
 from ci.signature import HEADER, signature_problem
-from core.settings import Settings
+from settings import Settings
 from kernelsrc.git import KernelRepoError
-from sweeps.sampler import SamplingExhausted
+from submit.ci import CiSpecError, start_ci_sweep
+from submit.sweep import SubmitError
 
 router = APIRouter(tags=["ci"])
 
@@ -49,7 +49,10 @@ def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, de
         if exc.missing:
             raise ProblemError([(SHA_FIELD[event.event], str(exc))]) from None
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"reading the kernel repository failed: {exc}") from None
-    except SamplingExhausted as exc:
+    except CiSpecError as exc:
+        session.rollback()
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
+    except SubmitError as exc:
         session.rollback()
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"ATTNSWEEP_CI_SPEC samples too few configs: {exc}") from None
     if not started.replayed:

@@ -346,7 +346,7 @@ def one_result_per_config(dep: Deployment, api: Api, sweep: dict) -> str:
 
 def effective_visibility_timeout(dep: Deployment) -> int:
     out = dep.exec("worker-cpu", "python", "-c",
-                   "from core.settings import get_settings; print(get_settings().visibility_timeout_s)")
+                   "from settings import get_settings; print(get_settings().visibility_timeout_s)")
     return int(out.strip().splitlines()[-1])
 
 

@@ -128,7 +128,7 @@ def seed_finished(url: str, label: str = "nightly") -> Seeded:
 def seed_ci(url: str, repository: str, shas: list[str], broken_from: int) -> list[int]:
     """Push sweeps of `shas` (oldest first) to main; the kernels break at commit `broken_from`.
 
-    The CI columns are set as ci.launch.start_ci_sweep sets them, without the kernel bundle
+    The CI columns are set as submit.ci.start_ci_sweep sets them, without the kernel bundle
     and the broker a real webhook needs.
     """
     from store.models import Sweep

@@ -62,7 +62,7 @@ def _init_job() -> None:
 
 def _run_task(settings_json: str, args: list) -> dict[str, int]:
     """One published task, run as a Celery worker would run it (in a spawned process)."""
-    from core.settings import Settings
+    from settings import Settings
     from workers.execute import execute_batch
 
     settings = _settings_cache.get(settings_json)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from fastapi.testclient import TestClient
 
     from api.main import create_app
-    from core.settings import Settings
+    from settings import Settings
     from kernels.backend import DEFECTS
     from store.migrate import upgrade
 

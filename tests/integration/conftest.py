@@ -41,7 +41,7 @@ class Service:
     settings: Any
 
     def client(self, **overrides: Any):  # noqa: ANN201
-        from core.settings import Settings
+        from settings import Settings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -73,7 +73,7 @@ def _purge(prefix: str) -> None:
 
 @pytest.fixture
 def service(pg_url) -> Iterator[Service]:  # noqa: ANN001
-    from core.settings import Settings
+    from settings import Settings
     from store.migrate import upgrade
 
     upgrade(pg_url)

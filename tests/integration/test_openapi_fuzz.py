@@ -28,7 +28,7 @@ def test_openapi_has_no_server_errors(pg_url) -> None:  # noqa: ANN001
     from hypothesis import HealthCheck, given, settings as hsettings
 
     from api.main import create_app
-    from core.settings import Settings
+    from settings import Settings
     from store.migrate import upgrade
 
     upgrade(pg_url)

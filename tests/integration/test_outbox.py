@@ -60,7 +60,7 @@ def test_a_sweep_posted_while_redis_is_down_runs_once_it_is_back(service, privat
 
 
 def test_a_dead_workers_tasks_run_again_on_another_worker_within_the_lease(service, private_redis, tmp_path):
-    from core.settings import Settings
+    from settings import Settings
     from workers.outbox import broker_view
 
     env = {"ATTNSWEEP_BROKER_URL": private_redis.url, "ATTNSWEEP_VISIBILITY_TIMEOUT_S": "30",

@@ -11,7 +11,7 @@ BASE = dict(dtype="f16", g=1, seq_len_q=4, seq_len_k=64, num_heads_q=2, num_head
 
 
 def make_settings(url: str, **overrides: Any):
-    from core.settings import Settings
+    from settings import Settings
 
     fields = dict(database_url=url, broker_url="memory://", queue_prefix=f"u{uuid.uuid4().hex[:8]}-")
     fields.update(overrides)

@@ -174,7 +174,7 @@ def test_writes_need_a_valid_bearer_token_when_tokens_are_set(sqlite_url):
 def test_placeholder_token_is_refused():
     from pydantic import ValidationError
 
-    from core.settings import Settings
+    from settings import Settings
 
     with pytest.raises(ValidationError, match="placeholder"):
         Settings(api_tokens="good-token-123456,changethis")

@@ -7,7 +7,7 @@ from attnconfig import parse_config
 from kernels.cpu import CpuEmulationBackend
 from kernels.source import KernelSource
 from kernels.variants import load_sources, local_source
-from kernelsrc.bundles import load_bundle, save_bundle
+from store.bundles import load_bundle, save_bundle
 from kernelsrc.git import KernelRepoError, read_kernels
 from store.db import session_scope
 from store.migrate import upgrade

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from core.settings import PLACEHOLDER_SECRETS
+from settings import PLACEHOLDER_SECRETS
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -141,7 +141,7 @@ def test_dockerfile_copies_every_package_the_project_installs():
 
 
 def test_the_ci_webhook_is_configured_for_every_app_service(compose):
-    from core.settings import Settings
+    from settings import Settings
 
     for name in ("api", "worker-gpu", "worker-cpu"):
         env = _environment(compose["services"][name])

@@ -14,7 +14,7 @@ from sweeps.spec import SweepSpec
 def test_every_result_carries_its_phase_times_and_store_time(sqlite_url):
     upgrade(sqlite_url)
     with session_scope(sqlite_url) as s:
-        sweep_id, _ = plan_sweep(s, SweepSpec(samples=4, seed=3, backend="cpu"), device_total_memory=None, device=None)
+        sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(samples=4, seed=3, backend="cpu"), device_total_memory=None, device=None)).id
     got = []
     execute_sweep(sqlite_url, sweep_id, "cpu", on_result=got.append)
     assert len(got) == 4
@@ -68,7 +68,7 @@ def test_a_backend_that_cannot_load_in_the_pool_fails_the_sweep_with_its_error(s
     # hip without ROCm: the error comes back from the first task, not a pool restarting forever.
     upgrade(sqlite_url)
     with session_scope(sqlite_url) as s:
-        sweep_id, _ = plan_sweep(s, SweepSpec(samples=3, seed=3, backend="cpu"), device_total_memory=None, device=None)
+        sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(samples=3, seed=3, backend="cpu"), device_total_memory=None, device=None)).id
     with pytest.raises(Exception, match="ROCm"):
         execute_sweep(sqlite_url, sweep_id, "hip", jobs=2)
     with session_scope(sqlite_url) as s:

@@ -28,7 +28,7 @@ def _sweep_over_gpus(url: str, samples: int, seed: int) -> tuple[int, dict[str, 
     """A cpu sweep in two processes dealt over --gpus 0,1; its id and results per worker name."""
     upgrade(url)
     with session_scope(url) as s:
-        sweep_id, _ = plan_sweep(s, SweepSpec(samples=samples, seed=seed, backend="cpu"), device_total_memory=None, device=None)
+        sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(samples=samples, seed=seed, backend="cpu"), device_total_memory=None, device=None)).id
     execute_sweep(url, sweep_id, "cpu", jobs=2, gpus=[0, 1])
     with session_scope(url) as s:
         return sweep_id, repo.results_by_worker(s, sweep_id)

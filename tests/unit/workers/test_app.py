@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 from attnconfig import parse_config
-from core.settings import Settings
+from settings import Settings
 from workers.app import create_celery, queue_kind
 from workers.enqueue import batches, variant_key
 from workers.start import worker_argv

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.threads import BLAS_THREAD_VARS
+from workers.threads import BLAS_THREAD_VARS
 
 ROOT = Path(__file__).resolve().parents[3]
 

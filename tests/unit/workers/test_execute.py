@@ -7,7 +7,7 @@ import time
 import pytest
 
 from attnconfig import parse_config
-from core.settings import Settings
+from settings import Settings
 from store import repo
 from store.db import session_scope
 from store.migrate import upgrade

@@ -18,6 +18,7 @@ from kernels.guards import CANARY, GUARD_BYTES, check_guards, padded_bytes
 from store.db import session_scope
 from store.migrate import upgrade
 from store.models import ConfigRun
+from store import repo
 from sweeps.plan import plan_sweep
 from sweeps.spec import SweepSpec
 from tests.integration.conftest import ROOT
@@ -30,7 +31,7 @@ def _sweep(url: str, defects: frozenset[str] = frozenset(), **kwargs) -> dict[st
     """config hash -> (outcome, split_kv, detail) of a fresh sweep of SPEC, every row checked stored once."""
     upgrade(url)
     with session_scope(url) as s:
-        sweep_id, _ = plan_sweep(s, SweepSpec(**SPEC), device_total_memory=None, device=None)
+        sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(**SPEC), device_total_memory=None, device=None)).id
     execute_sweep(url, sweep_id, "cpu", defects=defects, **kwargs)
     with session_scope(url) as s:
         rows = s.execute(select(ConfigRun.config_hash, ConfigRun.outcome, ConfigRun.split_kv, ConfigRun.detail,

@@ -1,4 +1,4 @@
-"""Source bundles in the store: kernels/src of one revision, kept once per content hash."""
+"""Source bundles in the store: kernels/src of one revision (kernels.source), kept once per content hash."""
 from __future__ import annotations
 
 from sqlalchemy.exc import IntegrityError

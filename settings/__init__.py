@@ -1,4 +1,8 @@
-"""One settings object, read from ATTNSWEEP_* environment variables when first asked for."""
+"""One settings object, read from ATTNSWEEP_* environment variables when first asked for.
+
+The only reader of ATTNSWEEP_* variables of the service, the CLI and the workers; it imports
+nothing of the project, so every layer may import it. Values are read when get_settings() is
+first called, never at import."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -22,18 +26,16 @@ class Settings(BaseSettings):
     api_tokens: str = ""
     kernel_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "kernels")
     config_time_limit_s: float = 120.0
-    # Freed memory a computing process keeps mapped for its next config (sweeps/heap.py); 0
-    # leaves glibc's defaults. Off by default: on the H200's 16-core host it bought nothing
-    # (0.99x) for 4.6x the memory held between configs (docs/decisions.md, sweep throughput).
-    heap_retain_mb: int = Field(default=0, ge=0, le=2047)
-    # A GPU backend's copies and kernel run in a thread while the host computes the reference
-    # (sweeps/runner.py); false runs them one after the other. Off by default: with every core
-    # already running a worker, the thread slowed the reference more than it hid (0.94x there).
-    overlap_device: bool = False
+    # Seconds between the plain progress lines `attnsweep run` writes when stderr is not a
+    # terminal (cli/progress.py); a terminal gets a live bar instead.
+    progress_interval_s: float = Field(default=10.0, ge=0)
+    # compute-sanitizer for sanitized configs (workers/sanitize.py); unset: the PATH, then the
+    # CUDA toolkit's bin folder.
+    compute_sanitizer: str = ""
 
     # --- service (API and workers) ---------------------------------------------------------
     # Seconds a new PostgreSQL connection may take before the request is answered 503 or the
-    # batch retried. store.db reads it from the environment itself (engines are per URL).
+    # batch retried (store/db.py).
     db_connect_timeout_s: int = Field(default=3, ge=1, le=60)
     # Seconds a broker (Redis) connection may take to open, and one command to answer. Without
     # them a frozen Redis (accepting connections, answering nothing) hangs every publisher and
@@ -110,17 +112,13 @@ class Settings(BaseSettings):
 
     @field_validator("ci_spec")
     @classmethod
-    def _ci_spec_is_a_sweep_request(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from sweeps.spec import SweepSpecError, parse_sweep_spec
-
+    def _ci_spec_leaves_own_settings(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The rest of the request is validated where CI sweeps are built (submit/ci.py): this
+        # package imports nothing of the project.
         own = sorted(set(v) & {"samples", "backend", "seed", "label"})
         if own:
             raise ValueError(f"ci_spec: {', '.join(own)} come from their own settings (ATTNSWEEP_CI_SAMPLES, "
                              "ATTNSWEEP_CI_BACKEND, ATTNSWEEP_CI_SEED) or from the event")
-        try:
-            parse_sweep_spec(v)
-        except SweepSpecError as exc:
-            raise ValueError(f"ci_spec: {exc}") from None
         return v
 
     @property

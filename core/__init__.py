@@ -1,1 +1,0 @@
-"""Process-wide settings, read from the environment once and on demand."""

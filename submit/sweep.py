@@ -1,0 +1,181 @@
+"""Submit a sweep: check the limits, resolve the budget of its target, plan, commit, then enqueue
+it for the service's workers (`submit_sweep`) or execute it in this machine's pool (`run_sweep`).
+
+Planning is sweeps.plan.plan_sweep and storing store.repo.store_plan in both modes; the service
+stores the configs with one COPY on PostgreSQL (a 10,000-config sweep is stored and queued in
+about a second). The sweep, all its configs and their outbox marks are committed together
+(nothing half-written); only then are the configs published (workers.outbox.submit), so a
+worker never receives a config the database does not hold. If the broker refuses or does not
+answer, the sweep is still accepted (`published` false) and the reconciler publishes it once
+the broker is back.
+
+Idempotency key: a client that retries a submission (a timeout, a dropped connection) sends the
+same key and gets the sweep its first request made instead of a second one. The key is stored
+with the sweep (unique) beside the sha256 of the request; the same key with another request is
+refused.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Sequence
+
+from celery import Celery
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from attnconfig import AttentionConfig
+from settings import Settings
+from store import repo
+from store.models import ConfigRun, Sweep
+from sweeps.plan import SweepPlan, plan_sweep
+from sweeps.result import ConfigResult
+from sweeps.sampler import SamplingExhausted
+from sweeps.spec import SweepSpec
+from workers.app import queue_kind
+from workers.outbox import submit as commit_and_publish
+
+IDEMPOTENCY_FIELD = "idempotency_key"
+
+
+class SubmitError(ValueError):
+    """A submission refused before anything is stored: (field, reason) pairs, the field named as
+    the request names it (samples, configs, max_draws, idempotency_key)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(reason for _field, reason in problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A committed sweep: published to its queue (`published`), or left to the reconciler."""
+
+    sweep: Sweep
+    tasks: int
+    published: bool
+    replayed: bool
+    draws: int
+    filtered: dict[str, int] = field(default_factory=dict)
+
+
+def bounded_draws(spec: SweepSpec, settings: Settings) -> SweepSpec:
+    """The spec with its draws capped at settings.max_draws: a larger max_draws is refused, the
+    default (1000 * samples) is cut to the cap, so no submission holds an API thread for long."""
+    cap = settings.max_draws
+    if spec.max_draws is not None and spec.max_draws > cap:
+        raise SubmitError([("max_draws", f"max_draws={spec.max_draws}: must be <= {cap} (ATTNSWEEP_MAX_DRAWS)")])
+    if spec.samples > cap:
+        raise SubmitError([("samples", f"samples={spec.samples}: must be <= {cap} (ATTNSWEEP_MAX_DRAWS)")])
+    if spec.max_draws is None and spec.resolved_max_draws() > cap:
+        return spec.model_copy(update={"max_draws": cap})
+    return spec
+
+
+def checked_spec(spec: SweepSpec, configs: Sequence[AttentionConfig] | None, settings: Settings) -> SweepSpec:
+    """The spec within the service's limits: configs per sweep, draws per request."""
+    explicit = configs is not None
+    wanted = len(configs) if explicit else spec.samples
+    if wanted > settings.max_sweep_configs:
+        name = "configs" if explicit else "samples"
+        raise SubmitError([(name, f"{name}: {wanted} configs exceed the limit of {settings.max_sweep_configs} "
+                                  "(ATTNSWEEP_MAX_SWEEP_CONFIGS)")])
+    return spec if explicit else bounded_draws(spec, settings)
+
+
+def planned(spec: SweepSpec, **kwargs: Any) -> SweepPlan:
+    """sweeps.plan.plan_sweep, a sampling that found too few configs refused as a SubmitError."""
+    try:
+        return plan_sweep(spec, **kwargs)
+    except SamplingExhausted as exc:
+        raise SubmitError([("max_draws", str(exc))]) from None
+
+
+def request_digest(spec: SweepSpec, configs: Sequence[AttentionConfig] | None, extra: dict[str, Any]) -> str:
+    """sha256 of a submission's request: what an idempotency key's replay must repeat."""
+    canon = json.dumps({"spec": spec.model_dump(mode="json"), "extra": extra,
+                        "configs": [c.to_dict() for c in configs] if configs is not None else None},
+                       sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def _earlier(session: Session, key: str, digest: str) -> Sweep | None:
+    sweep = session.scalar(select(Sweep).where(Sweep.idempotency_key == key))
+    if sweep is not None and sweep.request_sha256 != digest:
+        raise SubmitError([(IDEMPOTENCY_FIELD, f"{key!r} was used by sweep {sweep.id} with another request; "
+                                               "use a new key for a new request")])
+    return sweep
+
+
+def _replayed(session: Session, sweep: Sweep) -> Submission:
+    waiting = session.scalar(select(func.count()).select_from(ConfigRun).where(
+        ConfigRun.sweep_id == sweep.id, ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None))) or 0
+    return Submission(sweep, 0, waiting == 0, True, sweep.draws, repo.sweep_counts(session, sweep.id)["filtered"])
+
+
+def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: SweepSpec, *,
+                 configs: list[AttentionConfig] | None = None, defects: Sequence[str] = (),
+                 sanitize: tuple[str, float] | None = None, rerun_of: int | None = None,
+                 extra_request: dict[str, Any] | None = None, idempotency_key: str | None = None,
+                 also_store: Callable[[Session, Sweep], None] | None = None) -> Submission:
+    """Submit a sweep to the service's workers: the queue of its backend, the budget of that
+    queue's live workers, planned, committed, then published. `also_store(session, sweep)`
+    writes what a caller commits with the sweep (a CI sweep: its bundle, event and delivery).
+    Raises SubmitError; an IntegrityError of a caller's unique key (a racing delivery) after
+    rolling back."""
+    extra = {"defects": list(defects), **(extra_request or {}), **({"configs": len(configs)} if configs is not None else {})}
+    key = idempotency_key
+    digest = request_digest(spec, configs, {**extra, "sanitize": list(sanitize) if sanitize else None,
+                                            "rerun_of": rerun_of}) if key else None
+    if key:
+        earlier = _earlier(session, key, digest)
+        if earlier is not None:
+            return _replayed(session, earlier)
+    spec = checked_spec(spec, configs, settings)
+    queue = settings.queue_name(queue_kind(spec.backend))
+    memory, device = repo.queue_device_memory(session, queue, settings.worker_stale_s)
+    plan = planned(spec, device_total_memory=memory, device=device, configs=configs, request_extra=extra,
+                   sanitize=sanitize, defects=tuple(sorted(defects)))
+
+    def store(s: Session) -> int:
+        sweep = repo.store_plan(s, plan)
+        sweep.queue, sweep.rerun_of = queue, rerun_of
+        sweep.idempotency_key, sweep.request_sha256 = key, digest
+        if also_store is not None:
+            also_store(s, sweep)
+        return sweep.id
+
+    try:
+        done = commit_and_publish(session, celery, settings, store)
+    except IntegrityError:
+        # Two requests with one key raced: the first one's commit won; answer with its sweep.
+        session.rollback()
+        earlier = _earlier(session, key, digest) if key else None
+        if earlier is None:
+            raise
+        return _replayed(session, earlier)
+    return Submission(session.get(Sweep, done.sweep_id), done.tasks, done.published, False, plan.draws, plan.filtered)
+
+
+def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: int | None, device: str | None,
+              defects: frozenset[str] = frozenset(), sanitize: tuple[str, float] | None = None, jobs: int = 1,
+              gpus: Sequence[int] = (), time_limit_s: float | None = None,
+              started: Callable[[int, int], ContextManager[Callable[[ConfigResult], None] | None]] | None = None) -> int:
+    """Run a sweep in this machine's embedded pool (workers.embedded): the budget of this
+    machine's device, planned, committed, then executed, every result stored at `url`.
+    `started(sweep_id, configs_total)`: entered once the sweep is committed, around its
+    execution; what it yields gets every result. Returns the sweep id. Raises SubmitError."""
+    from store.db import session_scope
+    from workers.embedded import execute_sweep
+
+    plan = planned(spec, device_total_memory=device_total_memory, device=device, sanitize=sanitize,
+                   defects=tuple(sorted(defects)))
+    with session_scope(url) as s:
+        sweep_id = repo.store_plan(s, plan).id
+    with (started(sweep_id, len(plan.configs)) if started else nullcontext()) as on_result:
+        execute_sweep(url, sweep_id, backend, defects=defects, jobs=jobs, on_result=on_result, gpus=gpus,
+                      time_limit_s=time_limit_s)
+    return sweep_id
