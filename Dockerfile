@@ -59,6 +59,7 @@ COPY store/ store/
 COPY migrations/ migrations/
 COPY workers/ workers/
 COPY kernelsrc/ kernelsrc/
+COPY triage/ triage/
 COPY ci/ ci/
 COPY submit/ submit/
 COPY api/ api/

@@ -13,10 +13,12 @@ from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
 from cli.options import OPTION_FIELDS, SweepOptions, build_spec, defects_help, sweep_options
+from cli.triage import app as triage_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (Alembic migrations).")
 app.add_typer(db_app, name="db")
+app.add_typer(triage_app)  # triage, shrink, bisect (cli/triage.py)
 console = Console(stderr=True)
 
 BACKENDS = ("auto", "cpu", "cuda", "hip", "hostemu")

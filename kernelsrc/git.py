@@ -109,3 +109,30 @@ def read_kernels(repo: str, commit: str, cache_dir: Path) -> KernelSource:
     if ENTRY_FILE not in files:
         raise KernelRepoError(f"commit {commit} has no {KERNEL_DIR}/{ENTRY_FILE}", missing=True)
     return KernelSource.from_files(files)
+
+
+def first_parent_commits(repo: str, good: str, bad: str, cache_dir: Path) -> list[str]:
+    """Full ids of `bad`'s first-parent history from `good` to `bad`, both included, oldest first
+    (what a bisection walks). A local repository resolves any name git does (a short id, a
+    branch); a URL's mirror is fetched with its whole history and needs full ids. Raises
+    KernelRepoError (missing) when `good` is not on that line."""
+    git_dir = _repository(repo, cache_dir, bad)
+    if (git_dir / "shallow").exists():  # a mirror fetched one commit deep: bisection needs the history
+        done = _git(["fetch", "--quiet", "--no-tags", "--unshallow", "--", repo,
+                     "+refs/heads/*:refs/mirror/heads/*"], cwd=git_dir, timeout_s=600)
+        if done.returncode:
+            raise KernelRepoError(f"fetching the history of {repo} failed: {done.stderr.decode(errors='replace').strip()}")
+    ids = []
+    for name in (good, bad):
+        done = _git(["rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"], cwd=git_dir)
+        if done.returncode:
+            raise KernelRepoError(f"{name!r} is not a commit of the kernel repository {repo}", missing=True)
+        ids.append(done.stdout.decode().strip())
+    listing = _git(["rev-list", "--first-parent", "--reverse", f"{ids[0]}..{ids[1]}"], cwd=git_dir)
+    if listing.returncode:
+        raise KernelRepoError(f"listing {good}..{bad} failed: {listing.stderr.decode(errors='replace').strip()}")
+    line = listing.stdout.decode().split()
+    parent = _git(["rev-parse", f"{line[0]}^"], cwd=git_dir).stdout.decode().strip() if line else ""
+    if not line or parent != ids[0]:
+        raise KernelRepoError(f"{good} is not an ancestor of {bad} on its first-parent line", missing=True)
+    return [ids[0], *line]

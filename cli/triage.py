@@ -1,0 +1,195 @@
+"""`attnsweep triage`, `shrink` and `bisect`: the failures of a sweep as bugs (triage/).
+
+Registered on the main app by cli/main.py (app.add_typer without a name adds these commands
+at the top level). This module imports nothing of cli.main, so the two form no import cycle.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer()
+console = Console(stderr=True)
+
+DB_HELP = "SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"
+BACKEND_HELP = "cpu|cuda|hip|hostemu|auto"
+MAX_RUNS = typer.Option(200, "--max-runs", min=1, help="most real runs one shrink may spend")
+MAX_SECONDS = typer.Option(120.0, "--max-seconds", min=0.1, help="most seconds one shrink may spend")
+TIME_LIMIT = typer.Option(30.0, "--time-limit", min=0, help="seconds one run may take before it counts as timeout (0: none)")
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
+    raise typer.Exit(code)
+
+
+def _database_url(db: Optional[str]) -> str:
+    """--db as the other commands read it: a URL, a SQLite path, or the configured database."""
+    if db is None:
+        from settings import get_settings
+
+        return get_settings().database_url
+    return db if "://" in db else f"sqlite:///{db}"
+
+
+def _config(text: str, option: str = "--config") -> dict[str, Any]:
+    from attnconfig import ConfigError, parse_config
+
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            _fail(f"{option} {text}: cannot read the file: {exc.strerror or exc}")
+    try:
+        return parse_config(text).to_dict()
+    except ConfigError as exc:
+        _fail(f"{option}: {exc}")
+
+
+def _defects(names: list[str]) -> frozenset[str]:
+    from kernels.backend import DEFECTS
+
+    unknown = sorted(set(names) - set(DEFECTS))
+    if unknown:
+        _fail(f"--defect: unknown defect(s) {unknown}; known: {', '.join(DEFECTS)}")
+    return frozenset(names)
+
+
+def _limit(seconds: float) -> float | None:
+    return seconds or None
+
+
+def _changed(config: dict[str, Any], minimal: dict[str, Any] | None) -> str:
+    if minimal is None:
+        return "-"
+    from attnconfig import AttentionConfig
+
+    defaults = {name: f.default for name, f in AttentionConfig.model_fields.items() if not f.is_required()}
+    return json.dumps({k: v for k, v in minimal.items() if defaults.get(k, object()) != v}, separators=(",", ":"))
+
+
+@app.command()
+def triage(
+    sweep: int = typer.Argument(..., min=1, help="sweep id"),
+    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+    backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP + " (default: the backend its results name)"),
+    no_shrink: bool = typer.Option(False, "--no-shrink", help="cluster and explain only: run nothing"),
+    max_runs: int = MAX_RUNS,
+    max_seconds: float = MAX_SECONDS,
+    time_limit: float = TIME_LIMIT,
+    as_json: bool = typer.Option(False, "--json", help="print {clusters: [...]} as one JSON object"),
+) -> None:
+    """Cluster a sweep's failures by bug; explain, shrink and classify each cluster.
+
+    A cluster is one bug as far as the results tell: its failures share a signature (outcome,
+    deciding gate, kernel family) and the config conditions that explain them. Its smallest
+    member is shrunk to a minimal reproducer, which is classified (deterministic,
+    data-dependent, flaky)."""
+    from store.db import session_scope
+    from triage.sweep import SweepNotFound, clusters_json, triage_sweep
+
+    url = _database_url(db)
+    try:
+        with session_scope(url) as s:
+            clusters = triage_sweep(s, sweep, backend, shrink_configs=not no_shrink, classify_configs=not no_shrink,
+                                    max_runs=max_runs, max_seconds=max_seconds, time_limit_s=_limit(time_limit))
+            report = clusters_json(clusters)
+    except SweepNotFound as exc:
+        _fail(str(exc))
+    if as_json:
+        print(json.dumps(report, default=str))
+        return
+    _print_clusters(sweep, report["clusters"])
+
+
+def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    out = Console()
+    if not clusters:
+        out.print(f"sweep {sweep}: no failures", highlight=False)
+        return
+    table = Table(title=f"sweep {sweep}: {len(clusters)} cluster(s) of failures")
+    for column in ("#", "size", "signature", "explanation", "minimal config (fields off their defaults)", "class"):
+        table.add_column(column, overflow="fold")
+    for i, c in enumerate(clusters, 1):
+        sig = c["signature"]
+        label = f"{sig['outcome']}/{sig['gate'] or '-'}/{sig['family']}"
+        if len(c["signatures"]) > 1:
+            label += " (+" + ", ".join(f"{k} {n}" for k, n in c["signatures"].items() if k != label) + ")"
+        kind = (c["classification"] or {}).get("kind", "-")
+        table.add_row(str(i), str(c["size"]), label, c["explanation"]["summary"],
+                      _changed(c["example_config"], c["minimal_config"]), kind)
+    out.print(table)
+
+
+@app.command()
+def shrink(
+    config: str = typer.Option(..., "--config", help="a failing config as JSON, or @file"),
+    backend: str = typer.Option("cpu", "--backend", help=BACKEND_HELP),
+    defect: list[str] = typer.Option([], "--defect", help="a defect switch to compile in (repeatable; kernels/backend.py DEFECTS)"),
+    max_runs: int = MAX_RUNS,
+    max_seconds: float = MAX_SECONDS,
+    time_limit: float = TIME_LIMIT,
+    as_json: bool = typer.Option(False, "--json", help="print {config, minimal_config, runs, ...} as one JSON object"),
+) -> None:
+    """Shrink a failing config to a minimal one that fails the same way (outcome, gate, kernel family).
+
+    Exit status: 0 when shrunk, 1 when the config does not fail, 2 on a usage mistake."""
+    from kernels.backend import BackendUnavailable
+    from triage.attempt import Runner
+    from triage.shrink import shrink as shrink_config
+
+    start = _config(config)
+    runner = Runner(backend, _defects(defect), time_limit_s=_limit(time_limit))
+    try:
+        result = shrink_config(start, runner, max_runs=max_runs, max_seconds=max_seconds)
+    except (BackendUnavailable, ValueError) as exc:
+        console.print(str(exc), highlight=False, soft_wrap=True)
+        raise typer.Exit(1 if not isinstance(exc, BackendUnavailable) else 2)
+    finally:
+        runner.close()
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    print(json.dumps(result.minimal_config))
+    console.print(f"{result.signature.label()}: shrunk in {result.runs} runs ({result.seconds:.1f} s)"
+                  + (", stopped by the budget" if result.budget_spent else ""), highlight=False)
+
+
+@app.command()
+def bisect(
+    repo: str = typer.Option(..., "--repo", help="the kernel repository: a local path or a URL"),
+    good: str = typer.Option(..., "--good", help="a commit where the configs pass"),
+    bad: str = typer.Option(..., "--bad", help="a commit where they fail"),
+    config: list[str] = typer.Option(..., "--config", help="a config as JSON, or @file (repeatable)"),
+    backend: str = typer.Option("cpu", "--backend", help=BACKEND_HELP + " (cpu sees a commit's defect switches only; "
+                                "hostemu and the GPU backends compile it, so a commit that does not compile is skipped)"),
+    time_limit: float = TIME_LIMIT,
+    as_json: bool = typer.Option(False, "--json", help="print {first_bad, steps, skipped, ...} as one JSON object"),
+) -> None:
+    """Find the first commit between --good and --bad at which the configs fail.
+
+    The bisection walks --repo's first-parent history.     Exit status: 0 when found, 1 when skipped commits leave it ambiguous, 2 on a usage mistake
+    or when the ends do not bound a change."""
+    from kernels.backend import BackendUnavailable
+    from kernelsrc.git import KernelRepoError
+    from triage.bisect import BisectError
+    from triage.bisect import bisect as run_bisect
+
+    configs = [_config(c) for c in config]
+    try:
+        result = run_bisect(repo, good, bad, configs, backend, time_limit_s=_limit(time_limit))
+    except (BisectError, KernelRepoError, BackendUnavailable) as exc:
+        _fail(str(exc))
+    if as_json:
+        print(json.dumps(result.to_dict()))
+    else:
+        for sha, verdict in result.tested:
+            console.print(f"{sha[:12]} {verdict}", highlight=False)
+        print(result.first_bad or "ambiguous: " + " ".join(result.candidates))
+    raise typer.Exit(0 if result.first_bad else 1)

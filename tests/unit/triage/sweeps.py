@@ -1,0 +1,18 @@
+"""A small sampled cpu sweep with a defect switch, stored in SQLite by the embedded runner."""
+from __future__ import annotations
+
+from store.migrate import upgrade
+from submit.sweep import run_sweep
+from sweeps.spec import SweepSpec
+
+# Small problems (the cpu backend runs them in milliseconds) that still reach every split
+# regime: up to 300 keys (10 blocks of 32) against up to 16 splits. Head dims from 8: below,
+# the row gate fails correct kernels (sweeps/policy.py), which would be a cluster of its own.
+RANGES = {"g": [1, 4], "seq_len_q": [1, 16], "seq_len_k": [1, 300], "num_heads_q": [1, 4], "num_heads_kv": [1, 4],
+          "head_dim_qk": [8, 64], "head_dim_v": [8, 64], "split_kv": [1, 16]}
+
+
+def defect_sweep(url: str, defect: str, samples: int, seed: int = 5, time_limit_s: float | None = None) -> int:
+    upgrade(url)
+    return run_sweep(url, SweepSpec(samples=samples, seed=seed, backend="cpu", ranges=RANGES), backend="cpu",
+                     device_total_memory=None, device=None, defects=frozenset({defect}), time_limit_s=time_limit_s)

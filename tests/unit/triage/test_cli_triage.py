@@ -1,0 +1,57 @@
+"""`attnsweep triage`, `shrink` and `bisect` as a user types them."""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from cli.main import app
+from tests.unit.triage.sweeps import defect_sweep
+
+runner = CliRunner()
+BIG = dict(dtype="bf16", g=3, seq_len_q=7, seq_len_k=250, num_heads_q=4, num_heads_kv=2, head_dim_qk=40,
+           head_dim_v=24, with_attn_bias=True, trans_k=True, return_lse=True, split_kv=16, data_seed=99)
+
+
+def test_shrink_prints_the_minimal_config_and_its_runs(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps(BIG))
+    got = runner.invoke(app, ["shrink", "--config", f"@{tmp_path / 'c.json'}", "--backend", "cpu",
+                              "--defect", "no_zero_sum_guard", "--json"])
+    assert got.exit_code == 0, got.output
+    out = json.loads(got.stdout)
+    assert out["config"]["seq_len_k"] == 250 and out["signature"]["outcome"] == "nan"
+    assert out["runs"] <= 200
+    m = out["minimal_config"]
+    assert (m["g"], m["num_heads_q"], m["seq_len_q"], m["seq_len_k"], m["split_kv"]) == (1, 1, 1, 1, 2)
+    assert not m["with_attn_bias"] and not m["trans_k"] and m["data_seed"] == 0
+
+
+def test_shrink_of_a_passing_config_exits_1():
+    got = runner.invoke(app, ["shrink", "--config", json.dumps(BIG), "--backend", "cpu"])
+    assert got.exit_code == 1 and "does not fail" in got.output
+
+
+def test_triage_of_a_stored_sweep(sqlite_url):
+    sweep_id = defect_sweep(sqlite_url, "causal_off_by_one", 60)
+    got = runner.invoke(app, ["triage", str(sweep_id), "--db", sqlite_url, "--json"])
+    assert got.exit_code == 0, got.output
+    clusters = json.loads(got.stdout)["clusters"]
+    assert len(clusters) == 1
+    c = clusters[0]
+    assert {"size", "signature", "explanation", "minimal_config", "classification", "first_bad_commit"} <= set(c)
+    assert c["explanation"]["conditions"] == ["causal=true"] and c["classification"]["kind"] == "deterministic"
+    table = runner.invoke(app, ["triage", str(sweep_id), "--db", sqlite_url, "--no-shrink"])
+    assert table.exit_code == 0 and "causal=true" in table.stdout
+    missing = runner.invoke(app, ["triage", "999", "--db", sqlite_url])
+    assert missing.exit_code == 2 and "no such sweep" in missing.output
+
+
+def test_bisect_json(tmp_path):
+    from tests.unit.triage.test_bisect import CONFIG, DEFECT, build_kernel_repo
+
+    shas = build_kernel_repo(tmp_path)
+    got = runner.invoke(app, ["bisect", "--repo", str(tmp_path), "--good", shas[0], "--bad", shas[-1],
+                              "--config", json.dumps(CONFIG), "--json"])
+    assert got.exit_code == 0, got.output
+    out = json.loads(got.stdout)
+    assert out["first_bad"] == shas[DEFECT] and out["skipped"] == [] and out["steps"] <= 7

@@ -1,0 +1,152 @@
+"""One real run of one config for triage: its signature, a digest of its output bits, a time limit.
+
+Shrinking, classification and bisection all judge a config by running it exactly as a sweep
+does (sweeps.runner.run_config, with the sweep policy's gates for that config), so a minimal
+config fails for the reason the sweep saw. Three things are added here, for triage only:
+- the digest of what the kernel wrote (O and LSE bytes, NaN payloads included): two runs of the
+  same inputs that differ in a bit are not deterministic, even when both pass;
+- a time limit (SIGALRM, in the main thread only: a hanging kernel emulation is Python code
+  that the signal interrupts), so a `hang` defect is a `timeout` instead of a stuck triage;
+- a fresh backend after a run that left it unusable (a sticky device fault poisons it).
+"""
+from __future__ import annotations
+
+import hashlib
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from attnconfig import AttentionConfig
+from kernels import get_backend
+from kernels.backend import Backend, CompileError, DeviceInfo, NotApplicable, Prepared, RunOutput
+from kernels.source import KernelSource
+from sweeps.policy import gates_for
+from sweeps.runner import run_config
+from triage.signature import NO_FAMILY, Signature, family_of
+
+
+@dataclass(frozen=True)
+class Observation:
+    outcome: str
+    failed_gate: str | None
+    family: str
+    digest: str | None  # sha256 of O and LSE as returned; None when the kernel returned nothing
+    detail: str = ""
+
+    @property
+    def signature(self) -> Signature:
+        return Signature(self.outcome, self.failed_gate, self.family)
+
+
+def output_digest(out: RunOutput) -> str:
+    h = hashlib.sha256()
+    for array in (out.out, out.lse):
+        if array is not None:
+            h.update(str(array.dtype).encode() + str(array.shape).encode())
+            h.update(array.tobytes())
+    return h.hexdigest()
+
+
+class _Digesting(Backend):
+    """The backend as run_config sees it, keeping the digest of the last run's outputs."""
+
+    def __init__(self, inner: Backend):
+        self.inner = inner
+        self.name = inner.name
+        self.defects = inner.defects
+        self.digest: str | None = None
+
+    @property
+    def waits_on_device(self) -> bool:  # type: ignore[override]
+        return self.inner.waits_on_device
+
+    @property
+    def poisoned(self) -> bool:  # type: ignore[override]
+        return self.inner.poisoned
+
+    def device_info(self) -> DeviceInfo:
+        return self.inner.device_info()
+
+    def prepare(self, config: AttentionConfig) -> Prepared:
+        return self.inner.prepare(config)
+
+    def run(self, prepared: Prepared, config: AttentionConfig, inputs: Mapping[str, Any]) -> RunOutput:
+        out = self.inner.run(prepared, config, inputs)
+        self.digest = output_digest(out)
+        return out
+
+
+class _Expired(BaseException):
+    """The run passed its time limit (a BaseException: no `except Exception` of the run catches it)."""
+
+
+@contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(_signum, _frame):  # noqa: ANN001
+        raise _Expired()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Runner:
+    """Runs configs on one kind of backend (name, defects, source), counting the runs."""
+
+    def __init__(self, backend: str = "cpu", defects: frozenset[str] | tuple[str, ...] = frozenset(),
+                 source: KernelSource | None = None, *, err_ratio_gate: float | None = None,
+                 time_limit_s: float | None = 30.0, factory: Callable[[], Backend] | None = None):
+        self.backend_name = backend
+        self.defects = frozenset(defects)
+        self.source = source
+        self.err_ratio_gate = err_ratio_gate
+        self.time_limit_s = time_limit_s
+        self._factory = factory or (lambda: get_backend(backend, defects=self.defects, source=source))
+        self._backend: Backend | None = None
+        self.runs = 0
+
+    def backend(self) -> Backend:
+        if self._backend is None or self._backend.poisoned:
+            self._backend = self._factory()
+        return self._backend
+
+    def gates(self, config: AttentionConfig) -> dict[str, Any]:
+        return gates_for(config, err_ratio_gate=self.err_ratio_gate)
+
+    def compiles(self, config: AttentionConfig) -> tuple[bool, str]:
+        """(False, the compiler's log) when the source does not compile for this config. Not a run."""
+        try:
+            self.backend().prepare(config)
+        except CompileError as exc:
+            return False, f"{exc}\n{exc.log}"
+        except NotApplicable:
+            pass
+        return True, ""
+
+    def run(self, config: AttentionConfig) -> Observation:
+        self.runs += 1
+        probe = _Digesting(self.backend())
+        try:
+            with _time_limit(self.time_limit_s):
+                result = run_config(config, probe, self.gates(config), overlap=False)
+        except _Expired:
+            # A backend stopped in the middle of a run is not trusted with the next one.
+            self.close()
+            return Observation("timeout", None, NO_FAMILY, None, f"exceeded the time limit of {self.time_limit_s:g} s")
+        digest = probe.digest if result.outcome in ("pass", "fail", "nan") else None
+        return Observation(result.outcome, result.failed_gate, family_of(result.variant), digest, result.detail)
+
+    def close(self) -> None:
+        if self._backend is not None and not self._backend.poisoned:
+            self._backend.close()
+        self._backend = None

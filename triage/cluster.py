@@ -1,0 +1,100 @@
+"""A sweep's failures grouped into clusters, one per bug as far as the results can tell.
+
+Failures are grouped by signature (triage/signature.py) and each group is explained
+(triage/explain.py). One bug often shows more than one symptom, e.g. `fail` on the rms gate
+for most configs and `nan` on the lse gate for some: a smaller group whose members (at least
+MERGE_SHARE of them) satisfy a larger group's explanation, in the same kernel family, is that
+bug's other symptom and joins it. The merged cluster keeps the larger group's signature and
+counts every signature it holds; its explanation is searched again over all its members.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from attnconfig import AttentionConfig
+from triage.explain import Explanation, explain, holds
+from triage.features import facts
+from triage.signature import Signature, family_of
+
+MERGE_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One judged config as a sweep stored it (or a runner returned it)."""
+
+    config: AttentionConfig
+    outcome: str
+    failed_gate: str | None = None
+    variant: str | None = None
+    block_n: int | None = None
+
+    @property
+    def signature(self) -> Signature:
+        return Signature(self.outcome, self.failed_gate, family_of(self.variant))
+
+
+@dataclass
+class Cluster:
+    signature: Signature
+    members: list[ResultRow]
+    explanation: Explanation
+    signatures: dict[str, int] = field(default_factory=dict)   # label -> members with it
+    minimal_config: dict[str, Any] | None = None
+    shrink_runs: int | None = None
+    classification: Any = None            # triage.classify.Classification
+    first_bad_commit: str | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def example(self) -> ResultRow:
+        """The member that is cheapest to run again: the smallest problem (shrinking starts there)."""
+        def cost(r: ResultRow) -> tuple[int, str]:
+            c = r.config
+            return (c.g * c.num_heads_q * c.seq_len_q * c.seq_len_k * (c.head_dim_qk + c.head_dim_v) * c.split_kv,
+                    c.content_hash())
+        return min(self.members, key=cost)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "size": self.size,
+            "signature": self.signature.to_dict(),
+            "signatures": dict(self.signatures),
+            "explanation": self.explanation.to_dict(),
+            "example_config": self.example().config.to_dict(),
+            "minimal_config": self.minimal_config,
+            "shrink_runs": self.shrink_runs,
+            "classification": self.classification.to_dict() if self.classification is not None else None,
+            "first_bad_commit": self.first_bad_commit,
+        }
+
+
+def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
+    """Clusters of the failing rows, largest first; passing rows are what explanations contrast with."""
+    facts_of = {id(r): facts(r.config, r.block_n) for r in rows}
+    passing = [facts_of[id(r)] for r in rows if r.outcome == "pass"]
+    groups: dict[Signature, list[ResultRow]] = {}
+    for r in rows:
+        if r.signature.failing:
+            groups.setdefault(r.signature, []).append(r)
+
+    def make(sig: Signature, members: list[ResultRow]) -> Cluster:
+        return Cluster(sig, members, explain([facts_of[id(r)] for r in members], passing),
+                       dict(Counter(r.signature.label() for r in members)))
+
+    ordered = sorted((make(s, m) for s, m in groups.items()), key=lambda c: (-c.size, c.signature))
+    kept: list[Cluster] = []
+    merged: set[int] = set()
+    for c in ordered:
+        host = next((k for k in kept if k.signature.family == c.signature.family and
+                     sum(holds(k.explanation, facts_of[id(r)]) for r in c.members) >= MERGE_SHARE * c.size), None)
+        if host is None:
+            kept.append(c)
+        else:
+            host.members.extend(c.members)
+            merged.add(id(host))
+    return [make(c.signature, c.members) if id(c) in merged else c for c in kept]

@@ -1,0 +1,101 @@
+"""Triage of a stored sweep: its failures clustered and explained, each cluster's smallest
+member shrunk to a minimal reproducer and that reproducer classified.
+
+The runs are real: on the sweep's backend (the one its results name, unless another is asked
+for), with its defect switches and its source bundle, under the sweep policy's gates
+(err_ratio_gate included) for each config run. Storing clusters and serving them are the
+callers' (triage_sweep returns JSON-able dataclasses: Cluster.to_dict).
+"""
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from typing import Any, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from attnconfig import parse_config
+from kernels.source import KernelSource
+from store.models import ConfigRun, SourceBundle, Sweep
+from triage.attempt import Runner
+from triage.classify import DEFAULT_REPEATS, DEFAULT_SEEDS, classify
+from triage.cluster import Cluster, ResultRow, cluster_results
+from triage.shrink import DEFAULT_MAX_RUNS, DEFAULT_MAX_SECONDS, shrink
+
+
+class SweepNotFound(LookupError):
+    pass
+
+
+def sweep_rows(session: Session, sweep_id: int) -> list[ResultRow]:
+    """The sweep's judged configs (queued ones have no outcome yet and are left out)."""
+    runs = session.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id, ConfigRun.outcome.is_not(None))
+                           .order_by(ConfigRun.seq)).all()
+    return [ResultRow(parse_config(r.config), r.outcome, r.failed_gate, r.variant, r.block_n) for r in runs]
+
+
+def sweep_defects(sweep: Sweep, reproducers: Sequence[str | None]) -> frozenset[str]:
+    """The defect switches the sweep ran with: its request's (service sweeps store them), else
+    the `--defect` options its reproducers carry (embedded sweeps store them there only)."""
+    if sweep.request and sweep.request.get("defects"):
+        return frozenset(sweep.request["defects"])
+    for line in reproducers:
+        if line:
+            words = shlex.split(line)
+            return frozenset(words[i + 1] for i, w in enumerate(words[:-1]) if w == "--defect")
+    return frozenset()
+
+
+def sweep_runner(session: Session, sweep_id: int, backend: str | None = None, *,
+                 time_limit_s: float | None = 30.0) -> Runner:
+    """A Runner that runs configs as the sweep did: backend, defects, source bundle, err_ratio gate."""
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        raise SweepNotFound(f"sweep {sweep_id}: no such sweep")
+    stored = session.execute(select(ConfigRun.backend, ConfigRun.reproducer)
+                             .where(ConfigRun.sweep_id == sweep_id, ConfigRun.outcome.is_not(None))).all()
+    if backend is None:
+        named = Counter(b for b, _ in stored if b)
+        backend = named.most_common(1)[0][0] if named else sweep.backend
+    source = None
+    if sweep.source_hash:
+        bundle = session.get(SourceBundle, sweep.source_hash)
+        source = KernelSource.from_files(bundle.files) if bundle is not None else None
+    request = sweep.request or {}
+    return Runner(backend, sweep_defects(sweep, [r for _, r in stored[:1]]), source,
+                  err_ratio_gate=request.get("err_ratio_gate"), time_limit_s=time_limit_s)
+
+
+def triage_clusters(clusters: list[Cluster], runner: Runner, *, shrink_configs: bool = True, classify_configs: bool = True,
+                    max_runs: int = DEFAULT_MAX_RUNS, max_seconds: float = DEFAULT_MAX_SECONDS,
+                    repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS) -> list[Cluster]:
+    """Shrink each cluster's cheapest member and classify the result, in place."""
+    for cluster in clusters:
+        start = cluster.example().config
+        if shrink_configs:
+            shrunk = shrink(start, runner, cluster.signature, max_runs=max_runs, max_seconds=max_seconds)
+            cluster.minimal_config, cluster.shrink_runs = shrunk.minimal_config, shrunk.runs
+        if classify_configs:
+            cluster.classification = classify(cluster.minimal_config or start.to_dict(), runner, cluster.signature,
+                                              repeats=repeats, seeds=seeds)
+    return clusters
+
+
+def triage_sweep(session: Session, sweep_id: int, backend: str | None = None, *, shrink_configs: bool = True,
+                 classify_configs: bool = True, max_runs: int = DEFAULT_MAX_RUNS,
+                 max_seconds: float = DEFAULT_MAX_SECONDS, time_limit_s: float | None = 30.0,
+                 repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS) -> list[Cluster]:
+    """The clusters of a stored sweep's failures, largest first, each explained and (by default)
+    with a shrunk reproducer and its classification. Raises SweepNotFound."""
+    runner = sweep_runner(session, sweep_id, backend, time_limit_s=time_limit_s)
+    clusters = cluster_results(sweep_rows(session, sweep_id))
+    try:
+        return triage_clusters(clusters, runner, shrink_configs=shrink_configs, classify_configs=classify_configs,
+                               max_runs=max_runs, max_seconds=max_seconds, repeats=repeats, seeds=seeds)
+    finally:
+        runner.close()
+
+
+def clusters_json(clusters: Sequence[Cluster]) -> dict[str, Any]:
+    return {"clusters": [c.to_dict() for c in clusters]}
