@@ -138,7 +138,7 @@ class Runner:
         probe = _Digesting(self.backend())
         try:
             with _time_limit(self.time_limit_s):
-                result = run_config(config, probe, self.gates(config), overlap=False)
+                result = run_config(config, probe, self.gates(config))
         except _Expired:
             # A backend stopped in the middle of a run is not trusted with the next one.
             self.close()
