@@ -20,8 +20,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/attnsweep run --samples 50 $(ARGS)
 
-# The AMD compile gate runs first where hipcc is installed (.ci/run installs it).
+# The layer contract (pyproject.toml [tool.importlinter]) first, then the AMD compile gate where
+# hipcc is installed (.ci/run installs it), then the tests.
 test: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
 	@if command -v hipcc >/dev/null 2>&1; then $(PY) -m kernels.hipgate; \
 	else echo "hip-compile: skipped, hipcc not installed (Debian: apt-get install hipcc libamdhip64-dev)"; fi
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)

@@ -1,32 +1,63 @@
-"""Each layer imports only the layers below it (docs/decisions.md, "Where things live"), lazy
-imports inside functions included; settings/ imports nothing of the project."""
+"""The layer contract of pyproject.toml ([tool.importlinter], checked by import-linter): each
+layer imports only the layers below it (docs/decisions.md, "Where things live"), lazy imports
+inside functions included, and no package's modules import each other in a cycle."""
 from __future__ import annotations
 
-import ast
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-# Lower numbers are lower layers; one number is one layer (store and kernelsrc sit side by side).
-LAYERS = {"settings": 0, "attnconfig": 1, "reference": 2, "kernels": 3, "sweeps": 4, "store": 5, "kernelsrc": 5,
-          "ci": 6, "workers": 7, "submit": 8, "api": 9, "cli": 10, "drills": 10}
+LINT = Path(sys.executable).with_name("lint-imports")
+CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    out = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.append((node.lineno, node.module))
-    return out
+def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
+    # import-linter reads the packages importable from its working folder (the tree under test).
+    return subprocess.run([str(LINT), "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-def test_no_layer_imports_one_above_it_or_beside_it():
-    wrong = []
-    for package, rank in LAYERS.items():
-        for path in sorted((ROOT / package).rglob("*.py")):
-            for line, name in _imports(path):
-                top = name.split(".")[0]
-                if top in LAYERS and top != package and LAYERS[top] >= rank:
-                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
-    assert not wrong, "\n".join(wrong)
+def _copy_tree(dest: Path) -> None:
+    for package in CONFIG["root_packages"]:
+        shutil.copytree(ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+
+
+def test_every_project_package_is_under_the_contract():
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()} - {"tests", "migrations"}
+    assert packages == set(CONFIG["root_packages"])
+
+
+def test_the_tree_keeps_the_contract():
+    proc = _lint(ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "Contracts: 2 kept, 0 broken." in proc.stdout
+
+
+@pytest.mark.parametrize("module, planted, arrow", [
+    ("sweeps/spec.py", "\n\ndef _planted():\n    import api.main\n", "sweeps is not allowed to import api"),
+    ("settings/__init__.py", "\nfrom attnconfig import AttentionConfig\n", "settings is not allowed to import attnconfig"),
+    ("ci/verdict.py", "\nimport triage.cluster\n", "ci is not allowed to import triage"),
+])
+def test_an_upward_or_sideways_import_breaks_the_contract(tmp_path, module, planted, arrow):
+    _copy_tree(tmp_path)
+    with open(tmp_path / module, "a") as f:
+        f.write(planted)
+    proc = _lint(tmp_path)
+    assert proc.returncode == 1
+    assert arrow in proc.stdout
+    assert re.search(r"Contracts: 1 kept, 1 broken", proc.stdout)
+
+
+def test_a_cycle_inside_a_package_breaks_the_contract(tmp_path):
+    _copy_tree(tmp_path)
+    with open(tmp_path / "store" / "models.py", "a") as f:
+        f.write("\n\ndef _planted():\n    from store import repo\n")
+    proc = _lint(tmp_path)
+    assert proc.returncode == 1
+    assert "No cycles are allowed in store" in proc.stdout
