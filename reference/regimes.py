@@ -188,7 +188,7 @@ def apply_regime(c: AttentionConfig, inputs: dict[str, Any], work: Workspace) ->
         value = np.empty(len(plan.sink_channels), dtype=k.dtype)
         _store(value, np.full(len(plan.sink_channels), plan.sink_value), work)
         for b, j in enumerate(plan.sink_keys):
-            k[b, :, j, plan.sink_channels] = value
+            k[b][:, j, plan.sink_channels] = value  # [heads, channels]
     if plan.v_offset is not None:
         v = inputs["v"]
         for b in range(v.shape[0]):

@@ -65,6 +65,7 @@ import numpy as np
 
 from attnconfig.config import DTYPES, AttentionConfig
 from sweeps.filters import ALL_REASONS, DUPLICATE, Prefilter
+from sweeps.guided import CapReached, collect_guided
 from sweeps.regime_mix import with_regimes
 from sweeps.spec import COIN_FIELDS, SweepSpec, SweepSpecError, head_choices, powers_of_two
 
@@ -218,10 +219,13 @@ def sample(spec: SweepSpec, splitkv_budget: int, prior: Any = None) -> SampleRes
     draw = with_regimes(ConfigDrawer(spec).draw, spec.data_regimes, seed)
     prefilter = Prefilter.from_spec(spec, splitkv_budget)
     if spec.coverage_guided:
-        from sweeps.guided import collect_guided  # the guided loop builds on this module
-
-        result = collect_guided(draw, np.random.default_rng(seed), prefilter, samples=spec.samples,
-                                cap=spec.resolved_max_draws(), seed=seed, prior=prior)
+        try:
+            configs, hashes, filtered, draws = collect_guided(
+                draw, np.random.default_rng(seed), prefilter, samples=spec.samples, cap=spec.resolved_max_draws(),
+                prior=prior, mma=spec.backend == "cuda")
+        except CapReached as exc:
+            raise SamplingExhausted(spec.resolved_max_draws(), exc.accepted, spec.samples, exc.filtered, seed) from None
+        result = SampleResult(configs=configs, filtered=filtered, draws=draws, seed=seed, accepted_hashes=hashes)
     else:
         result = collect_configs(draw, np.random.default_rng(seed), prefilter,
                                  samples=spec.samples, cap=spec.resolved_max_draws(), seed=seed)
