@@ -103,7 +103,7 @@ def test_outlier_channels_stand_out(dtype):
     for name in ("q", "k"):
         norms = np.sqrt((inputs[name].astype(np.float64) ** 2).reshape(-1, c.head_dim_qk).sum(axis=0))
         ratio = norms.max() / np.median(norms)
-        assert ratio >= (8 if dtype == "i8" else 8), (name, ratio)
+        assert ratio >= 8, (name, ratio)  # factors of 10-100 (i8: 16) on at least one channel
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "i8"])
