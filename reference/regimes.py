@@ -166,6 +166,12 @@ def _store(block: np.ndarray, values: np.ndarray, work: Workspace) -> None:
         narrow_f64(values.reshape(-1), block.reshape(-1), None, work)
 
 
+def _rounded(values: np.ndarray, dtype: np.dtype, work: Workspace) -> np.ndarray:
+    out = np.empty(values.shape, dtype=dtype)
+    _store(out, np.ascontiguousarray(values), work)
+    return out
+
+
 def _channels(x: np.ndarray, scale: np.ndarray, offset: np.ndarray, work: Workspace) -> None:
     if not (np.any(scale != 1.0) or np.any(offset != 0.0)):
         return
@@ -189,6 +195,15 @@ def apply_regime(c: AttentionConfig, inputs: dict[str, Any], work: Workspace) ->
         _store(value, np.full(len(plan.sink_channels), plan.sink_value), work)
         for b, j in enumerate(plan.sink_keys):
             k[b][:, j, plan.sink_channels] = value  # [heads, channels]
+        # The sink's V row is scaled up to a largest |value| of at least 1: a row's output is
+        # about that V row, and tiny values would put it among f16's subnormals, where one ulp
+        # of rounding is a large part of the output and the row gate cannot tell it from a bug.
+        v = inputs["v"]
+        for b, j in enumerate(plan.sink_keys):
+            rows = v[b, :, j, :].astype(np.float64)  # [heads, head_dim_v]
+            peak = np.abs(rows).max(axis=1, keepdims=True)
+            scaled = np.where(peak == 0, 1.0, rows / np.where(peak == 0, 1.0, peak))
+            v[b, :, j, :] = _rounded(np.where(peak < 1.0, scaled, rows), v.dtype, work)
     if plan.v_offset is not None:
         v = inputs["v"]
         for b in range(v.shape[0]):
