@@ -1,6 +1,7 @@
 """The attention config: every field of docs/spec.md §1, its validation and its content hash.
 
-This module is the project's shared vocabulary and imports nothing of the project, so that
+This module is the project's shared vocabulary and imports nothing of the project outside
+attnconfig, so that
 `reference/` and `kernels/` can read a config without reaching up into the sweep logic.
 """
 from __future__ import annotations
@@ -10,6 +11,8 @@ import json
 from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+from attnconfig.regimes import DEFAULT_REGIME, Regime
 
 DTYPES = ("f16", "bf16", "f32", "i8")
 Dtype = Literal["f16", "bf16", "f32", "i8"]
@@ -82,6 +85,9 @@ class AttentionConfig(BaseModel):
     split_kv: int = Field(default=1, ge=1, le=INT4_MAX)
     rms_threshold: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     data_seed: int = Field(default=0, ge=0, le=INT8_MAX)
+    # The shape of the input values (attnconfig.regimes); "normal" is left out of the
+    # canonical dict, so a config without the field keeps its bytes and content hash.
+    data_regime: Regime = DEFAULT_REGIME
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "AttentionConfig":
@@ -103,15 +109,19 @@ class AttentionConfig(BaseModel):
         return self.seq_len_k - 1
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump()
+        """Every field, but `data_regime` only when it is not the default: stored configs,
+        reproducers and content hashes of configs drawn before the field existed stay the same."""
+        d = self.model_dump()
+        if d["data_regime"] == DEFAULT_REGIME:
+            del d["data_regime"]
+        return d
 
     def content_hash(self) -> str:
-        """Stable across processes and versions: sha256 of the canonical JSON of every field."""
-        canon = json.dumps(self.model_dump(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canon.encode()).hexdigest()[:32]
+        """Stable across processes and versions: sha256 of the canonical JSON (to_json)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:32]
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
 def cross_field_problems(c: AttentionConfig) -> list[tuple[str, str]]:

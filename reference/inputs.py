@@ -13,6 +13,7 @@ import numpy as np
 
 from attnconfig import AttentionConfig, parse_config
 from reference.chunks import Workspace
+from reference.regimes import apply_regime
 from reference.rounding import narrow_f64
 
 _NORMAL_CHUNK = 1 << 16
@@ -46,8 +47,8 @@ def softmax_scale(c: AttentionConfig) -> float:
 
 
 def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
-    """q, k, v (and bias, quant_scale, quant_zero_point where they apply), logical layouts;
-    the arrays are read-only."""
+    """q, k, v (and bias, quant_scale, quant_zero_point where they apply), logical layouts,
+    in the config's data regime (reference/regimes.py); the arrays are read-only."""
     c = as_config(config)
     rng = np.random.default_rng(c.data_seed)
     g, hq, hkv, sq, sk = c.g, c.num_heads_q, c.num_heads_kv, c.seq_len_q, c.seq_len_k
@@ -81,6 +82,9 @@ def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
     if c.dtype == "i8":
         out["quant_zero_point"] = int(rng.integers(-4, 4, endpoint=True))
         out["quant_scale"] = 1.0 / (8.0 * math.sqrt(c.head_dim_qk))
+    # A regime reshapes the normal draws (and draws nothing from this stream), so the stream
+    # and every normal config's bytes stay as they are.
+    apply_regime(c, out, work)
     # Read by a device thread and the host reference at once (sweeps/runner.py): a write into
     # them would be a bug, so it raises.
     for name in ("q", "k", "v", "bias"):

@@ -2,7 +2,9 @@
 
 Threshold (RMS gate on O), exactly one per config, in this order:
   `explicit` (config.rms_threshold) > `saturated_softmax` (with_attn_scale false and
-  head_dim_qk > 64: 0.15) > `bf16` (0.01) > `default` (f16, f32, i8: 0.005).
+  head_dim_qk > 64: 0.15) > `uniform_attention` (data_regime uniform: 4x the dtype's) >
+  `bf16` (0.01) > `default` (f16, f32, i8: 0.005).
+Regimes other than `normal` may widen the row and LSE bounds (sweeps.regime_bounds).
 The single-config `verify` command uses `strict_rms_threshold` instead (reason `strict`:
 0.001 for f16/bf16/i8 outputs - i8 configs output f16 - and 3e-5 for f32), still beaten by an
 explicit config threshold, so a reproducer that carries the sweep's threshold reproduces it.
@@ -51,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from attnconfig.config import AttentionConfig, parse_config
+from sweeps.regime_bounds import UNIFORM_RMS_FACTOR, regime_bounds
 
 SATURATED_THRESHOLD = 0.15
 SATURATED_HEAD_DIM = 64  # saturated softmax when with_attn_scale is false and head_dim_qk > this
@@ -58,7 +61,7 @@ BF16_THRESHOLD = 0.01
 DEFAULT_THRESHOLD = 0.005
 STRICT_THRESHOLD = {"f16": 1e-3, "bf16": 1e-3, "f32": 3e-5}  # by output storage dtype
 
-THRESHOLD_REASONS = ("explicit", "saturated_softmax", "bf16", "default", "strict")
+THRESHOLD_REASONS = ("explicit", "saturated_softmax", "uniform_attention", "bf16", "default", "strict")
 
 # The one table of per-dtype bounds (keyed by config dtype). PROVISIONAL: see module docstring.
 GATE_BOUNDS: dict[str, dict[str, float]] = {
@@ -80,6 +83,9 @@ def rms_threshold(c: AttentionConfig) -> tuple[float, str]:
         return float(c.rms_threshold), "explicit"
     if not c.with_attn_scale and c.head_dim_qk > SATURATED_HEAD_DIM:
         return SATURATED_THRESHOLD, "saturated_softmax"
+    if c.data_regime == "uniform":
+        base = BF16_THRESHOLD if c.dtype == "bf16" else DEFAULT_THRESHOLD
+        return UNIFORM_RMS_FACTOR * base, "uniform_attention"
     if c.dtype == "bf16":
         return BF16_THRESHOLD, "bf16"
     return DEFAULT_THRESHOLD, "default"
@@ -119,9 +125,10 @@ def gates_for(
     if c.dtype not in bounds:
         raise KeyError(f"gate bounds have no entry for dtype {c.dtype!r}")
     b = bounds[c.dtype]
-    gates: dict[str, Any] = {"rms": float(rms_threshold), "rms_reason": threshold_reason, "row": float(b["row_err"])}
+    row, lse = regime_bounds(c, float(b["row_err"]), float(b["lse_max_abs"]))
+    gates: dict[str, Any] = {"rms": float(rms_threshold), "rms_reason": threshold_reason, "row": row}
     if c.return_lse:
-        gates["lse"] = float(b["lse_max_abs"])
+        gates["lse"] = lse
     if err_ratio_gate is not None:
         gates["err_ratio"] = float(err_ratio_gate)
     return gates

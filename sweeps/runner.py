@@ -26,6 +26,7 @@ from kernels.backend import (
     RunOutput,
 )
 from reference import attention_lowprec, attention_splitkv, make_inputs, verify_outputs
+from reference.facts import numeric_facts
 from sweeps.policy import evaluate_with_gates, gates_for
 from sweeps.result import ConfigResult, new_result
 
@@ -78,6 +79,8 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         verdict = evaluate_with_gates(config, metrics, gates)
         timings["verify_s"] = time.perf_counter() - t0
         result.metrics.update(metrics)
+        # Not gated and not a column of the store: what sweeps.coverage buckets (fact_* keys).
+        result.metrics.update(numeric_facts(config, inputs, ref.lse_f32))
         result.outcome, result.failed_gate, result.detail = verdict.outcome, verdict.failed_gate, verdict.detail
     except NotApplicable as exc:
         result.outcome, result.not_applicable_reason, result.detail = "not_applicable", exc.reason, exc.detail

@@ -37,6 +37,7 @@ P(k) proportional to log((k+1)/k); "pick(xs)" is `xs[rng.integers(len(xs))]`):
     decode position, so the query sees the cache) or rng.integers(0, seq_len_k, size=g)
     (otherwise). No draw when not causal.
 10. data_seed = rng.integers(0, 2**31).
+11. data_regime: from a stream of its own (sweeps.regime_mix), so the mix changes no other field.
 
 Range overrides (`spec.ranges`) replace the default range of that field as shown above: an
 override of seq_len_k replaces [1, 16384] by [lo, hi] for the log-uniform draw; g's and
@@ -58,12 +59,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from attnconfig.config import DTYPES, AttentionConfig
 from sweeps.filters import ALL_REASONS, DUPLICATE, Prefilter
+from sweeps.guided import CapReached, collect_guided
+from sweeps.regime_mix import with_regimes
 from sweeps.spec import COIN_FIELDS, SweepSpec, SweepSpecError, head_choices, powers_of_two
 
 COMMON_HEAD_DIMS = (32, 64, 80, 96, 128, 192, 256)
@@ -204,16 +207,28 @@ class ConfigDrawer:
         )
 
 
-def sample(spec: SweepSpec, splitkv_budget: int) -> SampleResult:
+def sample(spec: SweepSpec, splitkv_budget: int, prior: Any = None) -> SampleResult:
     """Draw `spec.samples` configs passing every prefilter (see the module docstring).
+
+    With `spec.coverage_guided`, draws are steered to the least covered cells of the sweep so
+    far plus `prior` (a sweeps.coverage.CellCounts of earlier sweeps; sweeps.guided).
 
     Raises SamplingExhausted when the draw cap is reached first.
     """
     seed = spec.resolved_seed()
-    drawer = ConfigDrawer(spec)
-    result = collect_configs(
-        drawer.draw, np.random.default_rng(seed), Prefilter.from_spec(spec, splitkv_budget),
-        samples=spec.samples, cap=spec.resolved_max_draws(), seed=seed)
+    draw = with_regimes(ConfigDrawer(spec).draw, spec.data_regimes, seed)
+    prefilter = Prefilter.from_spec(spec, splitkv_budget)
+    if spec.coverage_guided:
+        try:
+            configs, hashes, filtered, draws = collect_guided(
+                draw, np.random.default_rng(seed), prefilter, samples=spec.samples, cap=spec.resolved_max_draws(),
+                prior=prior, mma=spec.backend == "cuda")
+        except CapReached as exc:
+            raise SamplingExhausted(spec.resolved_max_draws(), exc.accepted, spec.samples, exc.filtered, seed) from None
+        result = SampleResult(configs=configs, filtered=filtered, draws=draws, seed=seed, accepted_hashes=hashes)
+    else:
+        result = collect_configs(draw, np.random.default_rng(seed), prefilter,
+                                 samples=spec.samples, cap=spec.resolved_max_draws(), seed=seed)
     result.splitkv_budget = splitkv_budget
     return result
 

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from attnconfig.config import DTYPES, INT4_MAX, INT8_MAX, MAX_HEAD_DIM, ConfigError, storable_str, validation_problems
+from sweeps.regime_mix import DEFAULT_REGIME_MIX, mix_problems
 
 GIB = 1 << 30
 # The most draws one request may cost. A draw (sample and prefilter one config) takes about
@@ -149,6 +150,18 @@ class SweepSpec(BaseModel):
     ranges: dict[str, tuple[StrictInt, StrictInt]] = Field(default_factory=dict, max_length=len(RANGE_KEYS))
     max_draws: StrictInt | None = Field(default=None, ge=1, le=MAX_DRAWS)
     err_ratio_gate: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # Regime -> share (a list of names: equal shares), normalised; sweeps.regime_mix.
+    data_regimes: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_REGIME_MIX))
+    # Prefer draws that land in the least covered cells (sweeps.guided, docs/spec.md §6).
+    coverage_guided: bool = False
+
+    @field_validator("data_regimes", mode="before")
+    @classmethod
+    def _valid_regimes(cls, v: Any) -> dict[str, float]:
+        mix, problems = mix_problems(v)
+        if problems:
+            raise ValueError(SweepSpecError(problems))
+        return mix
 
     @field_validator("dtypes")
     @classmethod

@@ -34,6 +34,7 @@ BY_NAME: dict[str, str] = {
     "split_kv": "partitions of the key axis (docs/spec.md §3); above 1 needs return_lse",
     "rms_threshold": "the config's own RMS tolerance, which beats the policy (docs/spec.md §5); null: the policy",
     "data_seed": "seed of the input tensors: the same bytes on every machine",
+    "data_regime": "shape of the input values: normal, sink, outliers, large_logits, uniform or cancellation (docs/spec.md §1)",
     "has_prefix_offset": "the config has a prefix_offset",
     "kv_cache": "the config is in KV-cache mode (current_seq_len set)",
     # Sweep requests (docs/spec.md §6, §8).
@@ -49,6 +50,8 @@ BY_NAME: dict[str, str] = {
     "ranges": "sampled ranges to override, {field: [lo, hi]} inclusive",
     "max_draws": "most draws before the sweep gives up (default 1000 * samples)",
     "err_ratio_gate": "also fail configs whose out_err_ratio exceeds this (default: err_ratio is only reported)",
+    "data_regimes": "input regimes to draw, {regime: share} or a list (equal shares); default: half normal, a tenth each other",
+    "coverage_guided": "prefer draws that land in the least covered coverage cells (docs/spec.md §6)",
     "defects": "known bugs compiled into the kernels, to show that the sweep catches them",
     # Sweeps.
     "id": "the row's id",
