@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gpu_suite import gpu_suite, load_by_path  # noqa: E402
 from kernels.cache import KernelCache  # noqa: E402
-from kernels.variants import MMA_DECODE_ROWS, select_variant  # noqa: E402
+from kernels.select import select_variant  # noqa: E402
+from kernels.tuning import MMA_DECODE_ROWS  # noqa: E402
 
 
 def main() -> None:

@@ -50,8 +50,8 @@ retain_freed_memory(Settings().heap_retain_mb)
 import numpy as np  # noqa: E402
 
 import reference as new  # noqa: E402
-from kernels.backend import NUMERIC_DEFECTS  # noqa: E402
-from kernels.cpu import CpuEmulationBackend  # noqa: E402
+from kernels.backends.base import NUMERIC_DEFECTS  # noqa: E402
+from kernels.backends.cpu import CpuEmulationBackend  # noqa: E402
 from reference.inputs import value_dtype  # noqa: E402
 from sweeps.filters import host_cost  # noqa: E402
 from sweeps.sampler import sample  # noqa: E402

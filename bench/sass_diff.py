@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from attnconfig import AttentionConfig  # noqa: E402
-from kernels.variants import SRC_DIR, Variant, select_variant  # noqa: E402
+from kernels.select import Variant, select_variant  # noqa: E402
+from kernels.source import SRC_DIR  # noqa: E402
 
 SOURCES = ("attention.hip", "hip_compat.h")
 

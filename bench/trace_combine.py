@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import kernels.variants as variants  # noqa: E402
+import kernels.launch as variants  # noqa: E402
 from bench.kernels import Ours, Timer, decode_case, make_inputs  # noqa: E402
 from kernels.autosplit import replace_split  # noqa: E402
 
@@ -35,7 +35,7 @@ BLOCKS = 4096                            # attention.hip ATTN_TRACE_BLOCKS
 
 def backend_with(defines: list[str]):
     from kernels.cache import KernelCache
-    from kernels.cuda import CudaBackend
+    from kernels.backends.cuda import CudaBackend
 
     class Traced(CudaBackend):
         def compile_options(self, variant):

@@ -107,7 +107,7 @@ def _root(
 
 
 def _defects_help() -> str:
-    from kernels.backend import DEFECTS
+    from kernels.backends.base import DEFECTS
 
     return ("compile a known bug into the kernels, to show that sweeps catch it (repeatable); one of: "
             + "; ".join(f"{name} ({what})" for name, what in DEFECTS.items()))
@@ -189,7 +189,7 @@ def run(
     from cli.report import print_summary, sweep_report
     from cli.progress import progress_bar
     from kernels import get_backend
-    from kernels.backend import BackendUnavailable
+    from kernels.backends.base import BackendUnavailable
     from store.db import session_scope
     from workers.embedded import execute_sweep
     from sweeps.plan import plan_sweep
@@ -326,7 +326,7 @@ def verify(
 
     Exit status: 0 when it passes, 1 when it does not, 2 on a usage mistake."""
     from kernels import get_backend
-    from kernels.backend import BackendUnavailable
+    from kernels.backends.base import BackendUnavailable
     from sweeps.policy import gates_for
     from sweeps.runner import run_config
 

@@ -81,7 +81,7 @@ def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | 
     ignored). `mma`: the device runs the tensor-core path. Blocks per SM and keys per tile
     default to the variant's: the grouped path steps by 128 keys with 4 blocks per SM, the
     mma path by its tile_n with the variant's min_blocks (MMA_DECODE_SHAPES)."""
-    from kernels.variants import select_variant
+    from kernels.select import select_variant
 
     v = select_variant(replace_split(config, 1), mma=mma)
     if v.path in ("grouped", "mma"):

@@ -36,18 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kernels.backend import DEFECTS
-from kernels.hip import hip_compile_options
-from kernels.source import KernelSource
-from kernels.variants import (
-    GENERAL_BUCKET,
-    GROUPED_DTYPES,
-    GROUPED_MAX_ROWS,
-    HEAD_DIM_BUCKETS,
-    QK_CPP,
-    Variant,
-    local_source,
-)
+from kernels.backends.base import DEFECTS
+from kernels.backends.hip import hip_compile_options
+from kernels.select import GENERAL_BUCKET, GROUPED_DTYPES, HEAD_DIM_BUCKETS, QK_CPP, Variant
+from kernels.source import KernelSource, local_source
+from kernels.tuning import GROUPED_MAX_ROWS
 
 TARGETS = ("gfx90a", "gfx1030", "gfx1100")   # MI200 (CDNA2), RDNA2, RDNA3
 DEVICE_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/opt/rocm/amdgcn/bitcode")
@@ -82,7 +75,7 @@ def hipcc_version(hipcc: str) -> str:
 
 
 def _norm(expr: str) -> str:
-    """A kernel's template name as demangled and as variants.py writes it, made comparable: the
+    """A kernel's template name as demangled and as kernels/select.py writes it, made comparable: the
     bfloat16 type is hip_bfloat16 before ROCm 5.7 and __hip_bfloat16 after."""
     expr = expr.replace(" ", "")
     return re.sub(r"(?<![\w])(__)?hip_bfloat16", "__hip_bfloat16", expr)

@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Mapping
 
 from attnconfig import AttentionConfig
-from kernels.backend import (
+from kernels.backends.base import (
     Backend,
     CompileError,
     DeviceFault,

@@ -41,7 +41,7 @@ from typing import Callable, Iterator, NamedTuple
 
 from attnconfig import parse_config
 from core.settings import Settings
-from kernels.backend import Backend
+from kernels.backends.base import Backend
 from kernels.devices import pin_gpu
 from reference import make_inputs
 from store import repo

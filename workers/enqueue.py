@@ -14,7 +14,7 @@ from celery import Celery
 
 from attnconfig import AttentionConfig
 from core.settings import Settings
-from kernels.variants import variant_key
+from kernels.select import variant_key
 from workers.app import SWEEP_PRIORITY, TASK_RUN_CONFIGS, queue_kind
 
 Item = tuple[str, dict[str, Any]]  # (config_hash, config as JSON): what a task carries per config
@@ -55,7 +55,7 @@ def enqueue_configs(celery: Celery, settings: Settings, *, sweep_id: int, backen
 
 
 def _defect_names() -> tuple[str, ...]:
-    from kernels.backend import DEFECTS
+    from kernels.backends.base import DEFECTS
 
     return tuple(DEFECTS)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from attnconfig import AttentionConfig
-from kernels.backend import Backend, BackendUnavailable
+from kernels.backends.base import Backend, BackendUnavailable
 from kernels.source import KernelSource
 from sweeps.policy import gates_for
 from sweeps.result import ConfigResult, reproducer_command

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from attnconfig import AttentionConfig, parse_config
 
 if TYPE_CHECKING:
-    from kernels.backend import Backend
+    from kernels.backends.base import Backend
     from sweeps.result import ConfigResult
     from workers.executor import Limits
 

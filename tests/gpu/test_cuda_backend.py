@@ -15,8 +15,8 @@ import pytest
 
 from attnconfig import AttentionConfig
 from attnconfig.footprint import splitkv_extra_bytes
-from kernels.backend import NUMERIC_DEFECTS, BackendUnavailable
-from kernels.variants import mma_applies
+from kernels.backends.base import NUMERIC_DEFECTS, BackendUnavailable
+from kernels.select import mma_applies
 
 pytestmark = pytest.mark.gpu
 
@@ -177,7 +177,7 @@ def cuda_backend():
     from kernels.cache import KernelCache
 
     try:
-        from kernels.cuda import CudaBackend
+        from kernels.backends.cuda import CudaBackend
 
         backend = CudaBackend(cache=KernelCache())   # $ATTNSWEEP_KERNEL_CACHE or ~/.cache/attnsweep/kernels
     except BackendUnavailable as exc:
@@ -349,7 +349,7 @@ def test_decode_split_edges_match_reference(cuda_backend, c):
 
 
 def test_mma_decode_fuses_the_combine_and_matches_either_way(cuda_backend):
-    from kernels.variants import fuses_combine
+    from kernels.launch import fuses_combine
 
     if not cuda_backend.mma_capable:
         pytest.skip("this GPU has no mma path")
@@ -365,7 +365,7 @@ def test_mma_decode_fuses_the_combine_and_matches_either_way(cuda_backend):
 
 
 def test_mma_decode_variants_reach_their_blocks_per_sm(cuda_backend):
-    from kernels.variants import MMA_DECODE_SHAPES
+    from kernels.tuning import MMA_DECODE_SHAPES
 
     if not cuda_backend.mma_capable:
         pytest.skip("this GPU has no mma path")
@@ -395,7 +395,7 @@ def test_each_defect_is_caught(defect, path):
     from kernels.cache import KernelCache
 
     try:
-        from kernels.cuda import CudaBackend
+        from kernels.backends.cuda import CudaBackend
 
         backend = CudaBackend(frozenset({defect}), cache=KernelCache())
     except BackendUnavailable as exc:

@@ -9,8 +9,8 @@ import pytest
 
 import sweeps.runner as runner
 from attnconfig import parse_config
-from kernels.backend import LaunchError
-from kernels.cpu import CpuEmulationBackend
+from kernels.backends.base import LaunchError
+from kernels.backends.cpu import CpuEmulationBackend
 from sweeps.runner import run_config
 from workers.timelimit import ConfigTimeLimitExceeded, time_limit
 
@@ -74,7 +74,7 @@ def test_the_run_goes_on_while_the_reference_computes(monkeypatch):
 
 
 def test_only_a_device_backend_overlaps_by_default():
-    from kernels.variants import DeviceBackend
+    from kernels.backends.device import DeviceBackend
 
     backend = RecordingBackend()
     result = run_config(parse_config(CONFIGS[2]), backend)

@@ -31,6 +31,9 @@ DEFECTS = {
 NUMERIC_DEFECTS = ("no_neginf_guard", "floor_blocks_per_split", "no_zero_sum_guard", "causal_off_by_one")
 FAULT_DEFECTS = ("oob_store", "oob_store_small", "missing_barrier", "hang")
 
+# Defect switches compiled into the combine kernel (attn_splitkv_combine) alone.
+COMBINE_DEFECTS = frozenset({"oob_store", "oob_store_small", "missing_barrier", "hang"})
+
 # Defects the cpu emulation has no model of: a race needs threads that share memory.
 GPU_ONLY_DEFECTS = frozenset({"missing_barrier"})
 
