@@ -79,8 +79,6 @@ class CudaBackend(DeviceBackend):
         super().__init__(defects, cache=cache)
         self.kernel_source = source  # None: the local kernels/src
         self._driver, self._nvrtc = _import_cuda()
-        nv = self._nvrtc
-        self._rtc = RuntimeCompiler(nv, "nvrtc", nv.nvrtcResult.NVRTC_SUCCESS, "CUBIN", lambda n: b" " * n, "NVRTC")
         self._ctx = None
         d = self._driver
         try:
@@ -92,6 +90,8 @@ class CudaBackend(DeviceBackend):
         count = self._check(d.cuDeviceGetCount(), "cuDeviceGetCount")
         if count <= device:
             raise BackendUnavailable(f"no CUDA GPU usable: device {device} requested, {count} present")
+        nv = self._nvrtc
+        self._rtc = RuntimeCompiler(nv, "nvrtc", nv.nvrtcResult.NVRTC_SUCCESS, "CUBIN", lambda n: b" " * n, "NVRTC")
         self._dev = self._check(d.cuDeviceGet(device), "cuDeviceGet")
         self._ctx = self._check(d.cuDevicePrimaryCtxRetain(self._dev), "cuDevicePrimaryCtxRetain")
         self._rt_activate()

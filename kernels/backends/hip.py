@@ -60,7 +60,6 @@ class HipBackend(DeviceBackend):
         super().__init__(defects, cache=cache)
         self.kernel_source = source  # None: the local kernels/src
         self._hip, rtc = _import_hip()
-        self._rtc = RuntimeCompiler(rtc, "hiprtc", rtc.hiprtcResult.HIPRTC_SUCCESS, "Code", bytearray, "hiprtc")
         self._device = device
         h = self._hip
         try:
@@ -69,6 +68,7 @@ class HipBackend(DeviceBackend):
             raise BackendUnavailable(f"no ROCm runtime found: {exc}") from None
         if err != h.hipError_t.hipSuccess or count <= device:
             raise BackendUnavailable(f"no ROCm runtime found: hipGetDeviceCount -> {err}, {count} device(s)")
+        self._rtc = RuntimeCompiler(rtc, "hiprtc", rtc.hiprtcResult.HIPRTC_SUCCESS, "Code", bytearray, "hiprtc")
         self._rt_activate()
         props = h.hipDeviceProp_t()
         self._check(h.hipGetDeviceProperties(props, device), "hipGetDeviceProperties")

@@ -65,7 +65,7 @@ def _unavailable(name):
 
 
 def test_auto_takes_the_first_usable(monkeypatch):
-    monkeypatch.setattr(select, "FACTORIES", {
+    monkeypatch.setattr(backends, "FACTORIES", {
         "cuda": _unavailable("cuda"), "hip": lambda d: Fake("hip", d), "cpu": lambda d: Fake("cpu", d)})
     b = kernels.get_backend("auto", {"no_zero_sum_guard"})
     assert b.name == "hip" and b.defects == frozenset({"no_zero_sum_guard"})
