@@ -27,10 +27,10 @@ from typing import Any, Mapping
 
 from attnconfig import AttentionConfig
 
-# FlashAttention's cap. 256 was allowed until the mma decode tile grew to 128 keys; then
-# (1,8,1,65536,128) took 256 splits of 2 tiles each, 7% slower than 128 splits of 4 (H200,
-# 2026-12-04, bench/kernels.py): a block that streams only two tiles
-# spends as long starting and ending as reading, and the combine reads twice the partials.
+# FlashAttention's cap. With the mma decode tile of 128 keys, a cap of 256 gave (1,8,1,65536,128)
+# 256 splits of 2 tiles each, 7% slower than 128 splits of 4 (H200, 2026-12-04, bench/kernels.py):
+# a block that streams only two tiles spends as long starting and ending as reading, and the
+# combine reads twice the partials.
 DEFAULT_MAX_SPLITS = 128
 EFFICIENCY_SHARE = 0.95
 # Blocks per SM of the mma kernel that already stream at the memory's speed: two resident

@@ -587,8 +587,8 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 // first_row + BM - 1; those below rows_per_kv are real.
 // A thread takes four value dims of one row and reads, for up to C partials at
 // once, their LSEs and its four dims together, into registers: one round trip to L2 per chunk,
-// no shared memory and no barrier. (The version that staged the LSEs and weights in shared
-// memory behind two barriers took 12,000-15,000 cycles a level on the first timelines.) Past one
+// no shared memory and no barrier (staging the LSEs and weights in shared memory behind two
+// barriers took 12,000-15,000 cycles a level, H100, 2026-12-05). Past one
 // chunk the running maximum rescales, as the split kernel's online softmax does. Partials are
 // read past L1 (__ldcg): other SMs wrote them.
 // One copy of the code for both levels (not inlined). C partials a round trip, chosen by the
@@ -832,7 +832,7 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 // From DQK bucket ATTN_MMA_Q_SMEM_FROM on (the host passes kernels/tuning.py MMA_Q_SMEM_FROM),
 // Q's A fragments are read from shared memory at every tile instead of held in registers (64 of
 // them a thread at 256). The D = 256 kernels run at the register limit: with them in registers
-// the decode one spilled 128 bytes, the prefill one 420 (ptxas -v, sm_90); now 0 and 116.
+// the decode one spills 128 bytes, the prefill one 420 (ptxas -v, sm_90); from shared memory 0 and 116.
 // ATTN_MMA_Q_SMEM=0 keeps them in registers everywhere (to compare; the host reserves as before).
 #ifndef ATTN_MMA_Q_SMEM
 #define ATTN_MMA_Q_SMEM 1

@@ -331,7 +331,7 @@ DECODE_SPLIT_CASES = [
         head_dim_v=256, split_kv=2, return_lse=True, with_attn_bias=True),
     cfg(dtype="bf16", g=3, num_heads_q=16, num_heads_kv=1, seq_len_q=1, seq_len_k=600, head_dim_qk=96,
         head_dim_v=160, split_kv=5, return_lse=True, current_seq_len=[0, 599, 64], trans_o=True),
-    # Hundreds of splits (the combine kernel; with ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS=1024 the fused
+    # Hundreds of splits (the combine kernel; with FUSED_COMBINE_MAX_SPLITS = 1024 the fused
     # combine's two levels): a single kv head cut short (most splits empty, whole groups of them),
     # heads of their own (one row per tile), D = 256.
     cfg(dtype="f16", g=1, num_heads_q=8, num_heads_kv=1, seq_len_q=1, seq_len_k=20000, head_dim_qk=128,
