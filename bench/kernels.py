@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attnconfig import AttentionConfig  # noqa: E402
 from kernels.autosplit import choose_split_kv, replace_split  # noqa: E402
-from kernels.variants import launch_plan, output_buffers  # noqa: E402
+from kernels.backends.device import output_buffers  # noqa: E402
+from kernels.launch import launch_plan  # noqa: E402
 
 DECODE = [(1, 32, 8, 131072, 128), (8, 32, 8, 32768, 128), (8, 32, 8, 4096, 128), (16, 64, 8, 8192, 128),
           (4, 32, 32, 16384, 128), (1, 8, 1, 65536, 128), (32, 32, 8, 2048, 64),
@@ -297,7 +298,7 @@ def main() -> None:
 
     import numpy as np
     import torch
-    from kernels.cuda import CudaBackend
+    from kernels.backends.cuda import CudaBackend
 
     backend = CudaBackend()
     backend.kernel_path = a.path

@@ -163,7 +163,7 @@ def run(
     from cli.report import print_summary, sweep_report
     from cli.progress import progress_bar
     from kernels import get_backend
-    from kernels.backend import BackendUnavailable
+    from kernels.backends.base import BackendUnavailable
     from submit.sweep import SubmitError, run_sweep
     from workers.sanitize import check_request
 
@@ -286,7 +286,7 @@ def verify(
 
     Exit status: 0 when it passes, 1 when it does not, 2 on a usage mistake."""
     from kernels import get_backend
-    from kernels.backend import BackendUnavailable
+    from kernels.backends.base import BackendUnavailable
     from sweeps.policy import gates_for
     from sweeps.runner import run_config
 

@@ -18,7 +18,7 @@ def build_spec(*, dtypes: str, ranges: list[str], **fields: Any) -> SweepSpec:
 
 
 def defects_help() -> str:
-    from kernels.backend import DEFECTS
+    from kernels.backends.base import DEFECTS
 
     return ("compile a known bug into the kernels, to show that sweeps catch it (repeatable); one of: "
             + "; ".join(f"{name} ({what})" for name, what in DEFECTS.items()))

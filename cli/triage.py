@@ -51,7 +51,7 @@ def _config(text: str, option: str = "--config") -> dict[str, Any]:
 
 
 def _defects(names: list[str]) -> frozenset[str]:
-    from kernels.backend import DEFECTS
+    from kernels.backends.base import DEFECTS
 
     unknown = sorted(set(names) - set(DEFECTS))
     if unknown:
@@ -140,7 +140,7 @@ def shrink(
     """Shrink a failing config to a minimal one that fails the same way (outcome, gate, kernel family).
 
     Exit status: 0 when shrunk, 1 when the config does not fail, 2 on a usage mistake."""
-    from kernels.backend import BackendUnavailable
+    from kernels.backends.base import BackendUnavailable
     from triage.attempt import Runner
     from triage.shrink import shrink as shrink_config
 
@@ -176,7 +176,7 @@ def bisect(
 
     The bisection walks --repo's first-parent history.     Exit status: 0 when found, 1 when skipped commits leave it ambiguous, 2 on a usage mistake
     or when the ends do not bound a change."""
-    from kernels.backend import BackendUnavailable
+    from kernels.backends.base import BackendUnavailable
     from kernelsrc.git import KernelRepoError
     from triage.bisect import BisectError
     from triage.bisect import bisect as run_bisect

@@ -1,9 +1,12 @@
-"""Kernel backends (cpu emulation, CUDA, HIP, hostemu), their variants and the compile cache.
+"""The split-KV attention kernels: variant selection (select.py), the measured tables
+(tuning.py), launch plans (launch.py), the compile cache (cache.py) and the backends that
+compile and run them (backends/: cpu emulation, CUDA, HIP, hostemu).
 
-Importing this package imports no GPU runtime: kernels.cuda and kernels.hip (and through them
-cuda-python and hip-python) load only when get_backend chooses them.
+Importing this package imports no GPU runtime: kernels.backends.cuda and kernels.backends.hip
+(and through them cuda-python and hip-python) load only when get_backend chooses them.
 """
-from kernels.backend import (
+from kernels.backends import BACKEND_NAMES, get_backend
+from kernels.backends.base import (
     DEFECTS,
     Backend,
     BackendUnavailable,
@@ -16,7 +19,6 @@ from kernels.backend import (
     Prepared,
     RunOutput,
 )
-from kernels.select import BACKEND_NAMES, get_backend
 
 __all__ = [
     "BACKEND_NAMES",

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from attnconfig import AttentionConfig, parse_config
 from kernels.autosplit import resolve_split
-from kernels.backend import Backend, RunOutput
+from kernels.backends.base import Backend, RunOutput
 
 
 def resolve_config(backend: Backend, config: AttentionConfig | Mapping[str, Any]) -> AttentionConfig:

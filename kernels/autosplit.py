@@ -27,10 +27,10 @@ from typing import Any, Mapping
 
 from attnconfig import AttentionConfig
 
-# FlashAttention's cap. 256 was allowed until the mma decode tile grew to 128 keys; then
-# (1,8,1,65536,128) took 256 splits of 2 tiles each, 7% slower than 128 splits of 4 (H200,
-# docs/evidence/gpu-2026-12-04-swizzle/call5-kernels.txt): a block that streams only two tiles
-# spends as long starting and ending as reading, and the combine reads twice the partials.
+# FlashAttention's cap. With the mma decode tile of 128 keys, a cap of 256 gave (1,8,1,65536,128)
+# 256 splits of 2 tiles each, 7% slower than 128 splits of 4 (H200, 2026-12-04, bench/kernels.py):
+# a block that streams only two tiles spends as long starting and ending as reading, and the
+# combine reads twice the partials.
 DEFAULT_MAX_SPLITS = 128
 EFFICIENCY_SHARE = 0.95
 # Blocks per SM of the mma kernel that already stream at the memory's speed: two resident
@@ -39,9 +39,9 @@ EFFICIENCY_SHARE = 0.95
 MMA_SATURATING_BLOCKS_PER_SM = 2
 # Up to head dims 128 (dqk + dv buckets up to 256) one decode block per SM does: 128 unsplit
 # blocks ran as fast as or faster than 2 splits of them, on the H200 (16,64,8,8192,128) 127.5-127.8 against
-# 129.9-131.1 µs, (4,32,32,16384,128) 247.8-248.8 against 247.6-247.7 (gpu-2026-12-05-defaults,
-# call1 and call5), and on an H100 179.7 against 182.1 and 353.3 against 355.8 µs
-# (gpu-2026-12-05-h100/call7). At D = 256 two are needed: on the H200 (8,32,8,32768,256) ran
+# 129.9-131.1 µs, (4,32,32,16384,128) 247.8-248.8 against 247.6-247.7 (2026-12-05), and on an
+# H100 179.7 against 182.1 and 353.3 against 355.8 µs (2026-12-05; docs/decisions.md, "Automatic
+# split count"). At D = 256 two are needed: on the H200 (8,32,8,32768,256) ran
 # 535-536 µs in 128 blocks (2 splits), 497-498 in 256 (4).
 MMA_DECODE_STREAMING_DIMS = 256
 
@@ -81,7 +81,7 @@ def choose_split_kv(config: AttentionConfig, num_sms: int, blocks_per_sm: int | 
     ignored). `mma`: the device runs the tensor-core path. Blocks per SM and keys per tile
     default to the variant's: the grouped path steps by 128 keys with 4 blocks per SM, the
     mma path by its tile_n with the variant's min_blocks (MMA_DECODE_SHAPES)."""
-    from kernels.variants import select_variant
+    from kernels.select import select_variant
 
     v = select_variant(replace_split(config, 1), mma=mma)
     if v.path in ("grouped", "mma"):
@@ -103,7 +103,7 @@ def mma_saturating_blocks(v) -> int:
 
 
 def replace_split(config: AttentionConfig, split_kv: int) -> AttentionConfig:
-    """`config` with another split count (return_lse follows: SPEC requires it above 1)."""
+    """`config` with another split count (return_lse follows: docs/spec.md §1 requires it above 1)."""
     return AttentionConfig(**{**config.model_dump(), "split_kv": split_kv,
                               "return_lse": config.return_lse or split_kv > 1})
 

@@ -14,10 +14,10 @@ The compiler is injected (`compile_fn`), so the cache works, and is tested, with
 runtime. Compile failures and time-outs raise `CompileError` with the compiler's log; they are
 never cached.
 
-Settings (read when a KernelCache is made, never at import time):
-  ATTNSWEEP_KERNEL_CACHE          cache directory (default ~/.cache/attnsweep/kernels)
-  ATTNSWEEP_KERNEL_CACHE_DISABLE  1/true/yes: no disk cache and no in-process reuse; every
-                                  prepare compiles (for measuring compile times)
+Settings (settings/, read when a KernelCache is made, never at import time):
+  kernel_cache          (ATTNSWEEP_KERNEL_CACHE) the cache directory
+  kernel_cache_disable  (ATTNSWEEP_KERNEL_CACHE_DISABLE) no disk cache and no in-process reuse:
+                        every prepare compiles (bench/sweep.py's cold run measures compile times)
 """
 from __future__ import annotations
 
@@ -34,22 +34,28 @@ from typing import Any, Callable, Mapping
 
 from filelock import FileLock, Timeout
 
-from kernels.backend import CompileError
+from settings import get_settings
+from kernels.errors import CompileError
 
 MAGIC = b"ATTNSWEEP-KCACHE-1\n"
 DEFAULT_COMPILE_TIMEOUT_S = 300.0
-_TRUE = {"1", "true", "yes", "on"}
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("ATTNSWEEP_KERNEL_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "attnsweep" / "kernels"
+    return Path(get_settings().kernel_cache).expanduser()
 
 
-def cache_disabled_by_env() -> bool:
-    return os.environ.get("ATTNSWEEP_KERNEL_CACHE_DISABLE", "").strip().lower() in _TRUE
+def cache_disabled() -> bool:
+    return get_settings().kernel_cache_disable
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What a compiler produced: the binary and name expression -> lowered name."""
+
+    binary: bytes
+    lowered_names: dict[str, str]
+    log: str = ""
 
 
 def cache_key(fields: Mapping[str, Any]) -> str:
@@ -60,7 +66,7 @@ def cache_key(fields: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class CacheResult:
-    compiled: Any          # whatever compile_fn returned (kernels.variants.Compiled)
+    compiled: Any          # whatever compile_fn returned (Compiled)
     hit: bool
     compile_s: float       # time spent compiling (0 on a hit)
     path: Path | None
@@ -72,9 +78,7 @@ def _encode(compiled: Any, fields: Mapping[str, Any]) -> bytes:
     return MAGIC + struct.pack("<QQ", len(meta), len(compiled.binary)) + meta + compiled.binary
 
 
-def _decode(blob: bytes, fields: Mapping[str, Any]) -> Any | None:
-    from kernels.variants import Compiled
-
+def _decode(blob: bytes, fields: Mapping[str, Any]) -> Compiled | None:
     head = len(MAGIC) + 16
     if len(blob) < head or not blob.startswith(MAGIC):
         return None
@@ -118,7 +122,7 @@ class KernelCache:
     def __init__(self, directory: str | os.PathLike[str] | None = None, *, enabled: bool | None = None,
                  compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, lock_timeout_s: float | None = None):
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
-        self.enabled = (not cache_disabled_by_env()) if enabled is None else bool(enabled)
+        self.enabled = (not cache_disabled()) if enabled is None else bool(enabled)
         self.compile_timeout_s = compile_timeout_s
         self.lock_timeout_s = lock_timeout_s if lock_timeout_s is not None else compile_timeout_s + 60.0
 

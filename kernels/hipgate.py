@@ -9,6 +9,13 @@ the variants' name expressions), so a kernel the compiler dropped or never insta
 `python -m kernels.hipgate` (what `make hip-compile` runs) prints targets x variants compiled
 and exits 1 on any failure, 2 when hipcc is missing.
 
+`--isa-hashes FILE` also writes a hash of each kernel's and device function's disassembly
+(the .text instructions, not the code object: its metadata holds temporary paths) per target
+and defect set; `--compare FILE` compiles again and compares with such a file, so a change that
+must not alter the generated code (a move, a refactor of the source) shows that it does not:
+exit 1 if any function of a build without defects differs. (tools/sass_diff does the same for
+NVIDIA's SASS on a GPU machine.)
+
 ROCm 5.2's device libraries (Debian's rocm-device-libs) predate gfx1100: for a target the
 installed libraries have no ISA-version constant for, the gate generates that one constant
 (`__oclc_ISA_version`, the only per-target file of the libraries) beside links to the others.
@@ -16,6 +23,8 @@ installed libraries have no ISA-version constant for, the gate generates that on
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -27,18 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kernels.backend import DEFECTS
-from kernels.hip import hip_compile_options
-from kernels.source import KernelSource
-from kernels.variants import (
-    GENERAL_BUCKET,
-    GROUPED_DTYPES,
-    GROUPED_MAX_ROWS,
-    HEAD_DIM_BUCKETS,
-    QK_CPP,
-    Variant,
-    local_source,
-)
+from kernels.backends.base import DEFECTS
+from kernels.backends.hip import hip_compile_options
+from kernels.select import GENERAL_BUCKET, GROUPED_DTYPES, HEAD_DIM_BUCKETS, QK_CPP, Variant
+from kernels.source import KernelSource, local_source
+from kernels.tuning import GROUPED_MAX_ROWS
 
 TARGETS = ("gfx90a", "gfx1030", "gfx1100")   # MI200 (CDNA2), RDNA2, RDNA3
 DEVICE_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/opt/rocm/amdgcn/bitcode")
@@ -73,7 +75,7 @@ def hipcc_version(hipcc: str) -> str:
 
 
 def _norm(expr: str) -> str:
-    """A kernel's template name as demangled and as variants.py writes it, made comparable: the
+    """A kernel's template name as demangled and as kernels/select.py writes it, made comparable: the
     bfloat16 type is hip_bfloat16 before ROCm 5.7 and __hip_bfloat16 after."""
     expr = expr.replace(" ", "")
     return re.sub(r"(?<![\w])(__)?hip_bfloat16", "__hip_bfloat16", expr)
@@ -131,10 +133,48 @@ class UnitResult:
     seconds: float
     missing: list[str] = field(default_factory=list)
     log: str = ""
+    isa: dict[str, str] = field(default_factory=dict)   # demangled function -> disassembly hash
+
+
+def _llvm_tool(name: str) -> str | None:
+    for d in ("/usr/lib/llvm-15/bin", "/opt/rocm/llvm/bin"):
+        if Path(d, name).is_file():
+            return str(Path(d, name))
+    return shutil.which(f"{name}-15") or shutil.which(name)
+
+
+def isa_hashes(code_object: Path, target: str) -> dict[str, str]:
+    """sha256 (16 hex digits) of each function's instructions in `code_object` (hipcc --genco's
+    offload bundle), keyed by demangled name. Addresses, encodings and the padding after a
+    function are left out: they move when another function of the object changes size."""
+    bundler, objdump = _llvm_tool("clang-offload-bundler"), _llvm_tool("llvm-objdump")
+    if bundler is None or objdump is None:
+        raise RuntimeError("--isa-hashes needs clang-offload-bundler and llvm-objdump (LLVM 15, as hipcc uses)")
+    elf = code_object.with_suffix(".elf")
+    subprocess.run([bundler, "--unbundle", "--type=o", f"--input={code_object}",
+                    f"--targets=hipv4-amdgcn-amd-amdhsa--{target}", f"--output={elf}"], check=True)
+    text = subprocess.run([objdump, "-d", "-C", str(elf)], capture_output=True, text=True, check=True).stdout
+    funcs: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        header = re.match(r"(?:[0-9a-f]+ )?<(.+)>:$", line)
+        if header:
+            name = header.group(1)
+            current = None if name == ".text" else funcs.setdefault(_norm(name), [])
+        elif current is not None:
+            insn = line.split("//", 1)[0].strip()
+            if insn and insn != "...":
+                current.append(insn)
+    out = {}
+    for name, insns in funcs.items():
+        while insns and insns[-1].startswith("s_nop"):   # alignment padding
+            insns.pop()
+        out[name] = hashlib.sha256("\n".join(insns).encode()).hexdigest()[:16]
+    return out
 
 
 def _compile_unit(hipcc: str, src_dir: Path, work: Path, target: str, variants: list[Variant],
-                  devlibs: Path | None, tag: str) -> UnitResult:
+                  devlibs: Path | None, tag: str, isa: bool = False) -> UnitResult:
     options = hip_compile_options(target, variants[0])
     assert all(hip_compile_options(target, v) == options for v in variants)
     exprs = sorted({e for v in variants for e in v.name_expressions})
@@ -154,7 +194,8 @@ def _compile_unit(hipcc: str, src_dir: Path, work: Path, target: str, variants: 
         return UnitResult(target, options, variants, False, secs, log=proc.stderr[-4000:])
     found = _kernels_in(out.read_bytes())
     missing = [e for e in exprs if _norm(e) not in found]
-    return UnitResult(target, options, variants, not missing, secs, missing, proc.stderr[-2000:])
+    hashes = isa_hashes(out, target) if isa and not missing else {}
+    return UnitResult(target, options, variants, not missing, secs, missing, proc.stderr[-2000:], hashes)
 
 
 @dataclass
@@ -168,6 +209,17 @@ class GateReport:
     @property
     def ok(self) -> bool:
         return all(u.ok for u in self.units)
+
+    def isa(self) -> dict[str, dict[str, str]]:
+        """'<target> <defects or clean>' -> demangled function -> disassembly hash (--isa-hashes).
+        A function several units instantiate (the combine kernel) hashes alike in each, or the
+        entry lists every hash seen, sorted."""
+        seen: dict[str, dict[str, set[str]]] = {}
+        for u in self.units:
+            key = f"{u.target} {'-'.join(u.variants[0].defects) or 'clean'}"
+            for name, h in u.isa.items():
+                seen.setdefault(key, {}).setdefault(name, set()).add(h)
+        return {k: {n: ",".join(sorted(hs)) for n, hs in sorted(fs.items())} for k, fs in sorted(seen.items())}
 
     def compiled(self) -> dict[str, dict[str, list[str]]]:
         """target -> variant name -> the options it was compiled with."""
@@ -199,9 +251,10 @@ CHUNK = 64   # variants a translation unit instantiates (smaller units spread ov
 
 def run_gate(targets: tuple[str, ...] = TARGETS, defect_sets: list[tuple[str, ...]] | None = None,
              source: KernelSource | None = None, jobs: int | None = None,
-             variants: list[Variant] | None = None) -> GateReport:
+             variants: list[Variant] | None = None, isa: bool = False) -> GateReport:
     """Compile for `targets` every option set of `defect_sets` (default: none, then each defect
-    alone); `variants` replaces the variant list of every set (tests)."""
+    alone); `variants` replaces the variant list of every set (tests). `isa`: hash each
+    function's disassembly too (GateReport.isa)."""
     hipcc = hipcc_path()
     if hipcc is None:
         raise FileNotFoundError("hipcc not found (Debian: apt-get install hipcc libamdhip64-dev)")
@@ -226,7 +279,7 @@ def run_gate(targets: tuple[str, ...] = TARGETS, defect_sets: list[tuple[str, ..
                     jobs_list.append((t, chosen[i:i + CHUNK], f"{'-'.join(ds) or 'clean'}-{i // CHUNK}"))
         jobs_list.sort(key=lambda j: -len(j[1]))   # the long units first
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-            units = list(pool.map(lambda j: _compile_unit(hipcc, src_dir, work, j[0], j[1], devlibs[j[0]], j[2]),
+            units = list(pool.map(lambda j: _compile_unit(hipcc, src_dir, work, j[0], j[1], devlibs[j[0]], j[2], isa),
                                   jobs_list))
     return GateReport(hipcc, hipcc_version(hipcc), units, time.perf_counter() - t0,
                       tuple(t for t, d in devlibs.items() if d is not None))
@@ -237,12 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--no-defects", action="store_true", help="only the variants without a defect switch")
     ap.add_argument("--jobs", type=int, default=None, help="hipcc processes at once (default: cores)")
+    ap.add_argument("--isa-hashes", metavar="FILE", help="write each function's disassembly hash (JSON)")
+    ap.add_argument("--compare", metavar="FILE", help="compare the disassembly hashes with FILE (--isa-hashes)")
     args = ap.parse_args(argv)
     if hipcc_path() is None:
         print("hip-compile: hipcc not found (Debian: apt-get install hipcc libamdhip64-dev)", file=sys.stderr)
         return 2
     targets = tuple(t for t in args.targets.split(",") if t)
-    report = run_gate(targets, [()] if args.no_defects else None, jobs=args.jobs)
+    want_isa = bool(args.isa_hashes or args.compare)
+    report = run_gate(targets, [()] if args.no_defects else None, jobs=args.jobs, isa=want_isa)
     print(f"hip-compile: {report.hipcc} ({report.version})")
     if report.generated_isa:
         print(f"  {', '.join(report.generated_isa)}: not in the installed device libraries; "
@@ -264,7 +320,44 @@ def main(argv: list[str] | None = None) -> int:
     print(f"hip-compile: {'ok' if report.ok else 'FAILED'}: {len(per_target)} targets x "
           f"{len(rocm_variants())} variants (+ {len(defect_representatives(('hang',)))} per defect switch), "
           f"{total} compiled, {report.seconds:.0f} s")
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    isa = report.isa() if want_isa else {}
+    if args.isa_hashes:
+        Path(args.isa_hashes).write_text(json.dumps(isa, indent=1, sort_keys=True) + "\n")
+        print(f"isa: {sum(map(len, isa.values()))} function hashes written to {args.isa_hashes}")
+    if args.compare:
+        return 0 if print_isa_comparison(json.loads(Path(args.compare).read_text()), isa) else 1
+    return 0
+
+
+def compare_isa(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    """Per build ('<target> <defects>') of both: the functions whose hash changed, appeared or went."""
+    out = {}
+    for build in sorted(set(before) & set(after)):
+        b, a = before[build], after[build]
+        diff = [f"changed {n}" for n in sorted(set(a) & set(b)) if a[n] != b[n]]
+        diff += [f"new {n}" for n in sorted(set(a) - set(b))] + [f"gone {n}" for n in sorted(set(b) - set(a))]
+        out[build] = diff
+    return out
+
+
+def print_isa_comparison(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]]) -> bool:
+    """Print the comparison; True when every build without defects is identical."""
+    diffs = compare_isa(before, after)
+    ok = True
+    for build, diff in diffs.items():
+        n = len(after[build])
+        print(f"  isa {build}: " + ("identical" if not diff else f"{len(diff)} of {n} functions differ")
+              + f" ({n} functions)")
+        for d in diff[:20]:
+            print(f"    {d}")
+        ok &= not diff or not build.endswith(" clean")
+    only = sorted(set(before) ^ set(after))
+    if only:
+        print(f"  isa: builds in one file only: {', '.join(only)}")
+    print(f"isa: {'default builds identical' if ok else 'DEFAULT BUILDS DIFFER'}")
+    return ok
 
 
 if __name__ == "__main__":

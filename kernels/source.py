@@ -1,6 +1,6 @@
 """The kernel source a backend compiles: the entry file, the headers it may include, their hash.
 
-A backend compiles either the workers' own kernels/src (kernels.variants.local_source) or a
+A backend compiles either the workers' own kernels/src (local_source) or a
 *source bundle*: kernels/src as it was at some commit of the kernel repository (kernelsrc/),
 stored once, content-addressed by this hash. The compile cache keys binaries by the hash, so
 two revisions never share a binary and one revision is compiled once per host.
@@ -9,18 +9,20 @@ The cpu backend does not compile; it emulates the kernels in numpy. What it can 
 source is its defect switches (`defect_switches`): the `#define ATTN_DEFECT_*` / `#undef`
 directives in the text, read line by line in order. The emulation does not preprocess:
 a directive inside `#if` is counted whatever the condition, and a switch that names no
-defect the emulation knows (kernels.backend.DEFECTS) is reported but cannot be emulated.
+defect the emulation knows (kernels.backends.base.DEFECTS) is reported but cannot be emulated.
 """
 from __future__ import annotations
 
 import hashlib
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping
 
 ENTRY_FILE = "attention.hip"
+SRC_DIR = Path(__file__).resolve().parent / "src"
+HEADER_FILES = ("hip_compat.h",)   # what the GPU compilers read beside the entry file
 
 _BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(define|undef)[ \t]+ATTN_DEFECT_([A-Z0-9_]+)\b", re.M)
@@ -80,3 +82,19 @@ def _strip_comments(text: str) -> str:
     """Block comments and // comments removed, so a commented-out #define does not count."""
     text = _BLOCK_COMMENT.sub(" ", text)
     return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
+
+
+@lru_cache(maxsize=1)
+def local_source() -> KernelSource:
+    """The workers' own kernels/src: what a sweep without a source bundle compiles."""
+    return KernelSource.from_dir(SRC_DIR, ENTRY_FILE, HEADER_FILES)
+
+
+def load_sources() -> tuple[str, dict[str, str], str]:
+    """(attention.hip text, {header name: text}, sha256 of all of them) of the local source."""
+    src = local_source()
+    return src.entry_text, dict(src.headers), src.hash
+
+
+def source_hash() -> str:
+    return local_source().hash

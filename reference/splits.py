@@ -156,7 +156,7 @@ def split_pieces(c: AttentionConfig, inputs: Mapping[str, Any], block_n: int = 3
     running sum l and an unnormalised acc, and finally write acc / l and m + log l; empty
     splits come out as O = 0, LSE = -inf. R are grouped rows (reference/chunks.py). p_dtype
     rounds P before P·V as a tensor-core kernel does (None: P stays f32, as in the reference).
-    `defects` holds names of kernels.backend.DEFECTS; the reference passes none. `magnitude`
+    `defects` holds names of kernels.defects.DEFECTS; the reference passes none. `magnitude`
     also accumulates P·|V| with the same P (the row scales of the verifier), which costs one
     matmul per tile instead of a second pass over Q·Kᵀ and the softmax; the combine needs the
     |V| partials themselves only with several splits, the row scales only their row maxima.

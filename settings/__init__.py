@@ -24,7 +24,6 @@ class Settings(BaseSettings):
     broker_url: str = "redis://127.0.0.1:6379/0"
     # Comma-separated bearer tokens for POST endpoints; empty means writes are open.
     api_tokens: str = ""
-    kernel_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "kernels")
     config_time_limit_s: float = 120.0
     # Seconds between the plain progress lines `attnsweep run` writes when stderr is not a
     # terminal (cli/progress.py); a terminal gets a live bar instead.
@@ -32,6 +31,23 @@ class Settings(BaseSettings):
     # compute-sanitizer for sanitized configs (workers/sanitize.py); unset: the PATH, then the
     # CUDA toolkit's bin folder.
     compute_sanitizer: str = ""
+
+    # --- kernels (kernels/) -------------------------------------------------------------------
+    # The compile cache's directory (kernels/cache.py), and whether it is off: disabled, every
+    # prepare compiles and nothing is stored (bench/sweep.py's cold run measures compile times).
+    kernel_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "kernels")
+    kernel_cache_disable: bool = False
+    # The CUDA backend's tensor-core (mma) path on devices that have it (sm_80+); false runs the
+    # portable kernels only, as a GPU without tensor cores would.
+    mma: bool = True
+    # The folder holding cuda_fp16.h for NVRTC; empty: $CUDA_HOME, /usr/local/cuda, pip's copy.
+    cuda_include: str = ""
+    # The hostemu backend refuses configs past these (NotApplicable "hostemu_too_large"): time
+    # goes mostly to the emulated barriers and shuffles, each one passed by every thread of the
+    # block (OS threads on few cores); a grouped-path config of 6.7e7 multiply-adds (f16, 8 x 8
+    # rows, 4,096 keys, D = 128) takes about 38 s on 2 cores, a rowwise one 7 s.
+    hostemu_max_work: int = Field(default=5 * 10**7, ge=1)
+    hostemu_max_blocks: int = Field(default=100_000, ge=1)
 
     # --- service (API and workers) ---------------------------------------------------------
     # Seconds a new PostgreSQL connection may take before the request is answered 503 or the

@@ -64,7 +64,7 @@ def path_of(variant: str | None) -> str | None:
 
 def predicted_path(c: AttentionConfig, mma: bool) -> str:
     """The path the kernels would pick for c (on a device with tensor cores when `mma`)."""
-    from kernels.variants import select_variant  # kernels is below sweeps; loaded only here
+    from kernels.select import select_variant  # kernels is below sweeps; loaded only here
 
     try:
         return select_variant(c, mma=mma).path

@@ -76,7 +76,7 @@ def pick_configs(configs: list[AttentionConfig], share: float, defects: tuple[st
     import math
     from collections import defaultdict
 
-    from kernels.variants import variant_key
+    from kernels.select import variant_key
 
     by_variant: dict[str, list[str]] = defaultdict(list)
     for c in configs:

@@ -63,7 +63,7 @@ class ConfigResult:
 
 def new_result(config: AttentionConfig, gates: dict[str, Any], backend: str, defects: frozenset[str],
                info: Any = None, outcome: str = "error", detail: str = "") -> ConfigResult:
-    """A result of `config` with the device facts of `info` (a kernels.backend.DeviceInfo; None
+    """A result of `config` with the device facts of `info` (a kernels.backends.base.DeviceInfo; None
     where the device could not be asked) and the reproducer of its gates: every result starts
     here, so a reproducer is built in this one place."""
     return ConfigResult(
@@ -78,7 +78,7 @@ def unrun_result(config: AttentionConfig, backend: Any, backend_name: str, gates
                  outcome: str, detail: str, total_s: float | None = None,
                  defects: frozenset[str] = frozenset()) -> ConfigResult:
     """A result for a config that did not finish (timeout) or could not start (no such backend
-    here). `backend`: the kernels.backend.Backend it was to run on, None where there is none."""
+    here). `backend`: the kernels.backends.base.Backend it was to run on, None where there is none."""
     info = None
     if backend is not None and not backend.poisoned:
         try:

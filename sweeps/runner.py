@@ -15,7 +15,7 @@ import traceback
 from typing import Any, Mapping
 
 from attnconfig import AttentionConfig
-from kernels.backend import (
+from kernels.backends.base import (
     Backend,
     CompileError,
     DeviceFault,

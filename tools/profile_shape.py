@@ -42,7 +42,7 @@ def main() -> None:
         run = torch_runner(torch, case.config, inputs, a.torch)
         label = f"torch {a.torch}"
     else:
-        from kernels.cuda import CudaBackend
+        from kernels.backends.cuda import CudaBackend
 
         backend = CudaBackend()
         backend.kernel_path = a.path

@@ -14,9 +14,9 @@ select_variant makes on the mma path (f16/bf16, head dims 32-256, decode and pre
 take every file of kernels/src (the revision's, and the working tree's) and compile --entry
 (attention.hip), so a source split into more headers compiles as its revision had it.
 
-From the kernels package it uses select_variant (found wherever the package defines it) and a
-variant's fwd_expr, macro_options() and path: the options and name expression of the working
-tree's variant serve both sides.
+From the kernels package it uses kernels.select.select_variant and a variant's fwd_expr,
+macro_options() and path: the options and name expression of the working tree's variant
+serve both sides.
 
 nvdisasm ships with the CUDA toolkit; where only nvcc is installed, the pip wheel
 nvidia-cuda-nvdisasm has it (`pip download --no-deps nvidia-cuda-nvdisasm`, unzip, bin/nvdisasm).
@@ -24,7 +24,6 @@ nvidia-cuda-nvdisasm has it (`pip download --no-deps nvidia-cuda-nvdisasm`, unzi
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 import shutil
 import subprocess
@@ -38,26 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 from attnconfig import AttentionConfig  # noqa: E402
 
-SRC_DIR = ROOT / "kernels" / "src"
-# Where select_variant may be defined, public name first: the package's modules are split and
-# renamed over time, and this tool compares builds across such changes.
-KERNEL_MODULES = ("kernels", "kernels.select", "kernels.launch", "kernels.tuning", "kernels.variants")
-
-
-def kernel_name(name: str):
-    """`name` from the first module of KERNEL_MODULES that defines it."""
-    for module in KERNEL_MODULES:
-        try:
-            found = importlib.import_module(module)
-        except ImportError:
-            continue
-        if hasattr(found, name):
-            return getattr(found, name)
-    raise ImportError(f"sass_diff: no module of {KERNEL_MODULES} defines {name}")
+from kernels.select import Variant, select_variant  # noqa: E402
+from kernels.source import SRC_DIR  # noqa: E402
 
 
 def variants(all_paths: bool) -> list:
-    select_variant = kernel_name("select_variant")
     found: dict[str, Variant] = {}
     dtypes = ("f16", "bf16", "f32", "i8") if all_paths else ("f16", "bf16")
     for dtype in dtypes:

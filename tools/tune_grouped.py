@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import kernels.variants as variants  # noqa: E402
+import kernels.select as variants  # noqa: E402
 from tools.tuning import DecodeBench  # noqa: E402
 
 SHAPES = [(8, 32, 8, 32768, 128), (1, 8, 1, 65536, 128), (4, 32, 32, 16384, 128), (16, 64, 8, 8192, 128),

@@ -39,7 +39,7 @@ class DecodeBench:
         `variant_map` when given), at the automatic split (choose_split_kv with `split_kw`);
         prints and returns `setting` with the times."""
         from kernels.cache import KernelCache
-        from kernels.cuda import CudaBackend
+        from kernels.backends.cuda import CudaBackend
 
         class Tuned(CudaBackend):
             def compile_options(self, variant):

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from attnconfig import AttentionConfig
 from kernels import get_backend
-from kernels.backend import Backend, CompileError, DeviceInfo, NotApplicable, Prepared, RunOutput
+from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicable, Prepared, RunOutput
 from kernels.source import KernelSource
 from sweeps.policy import gates_for
 from sweeps.runner import run_config

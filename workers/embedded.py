@@ -40,7 +40,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Callable, Iterator
 
 from attnconfig import parse_config
-from kernels.backend import Backend
+from kernels.backends.base import Backend
 from kernels.devices import pin_gpu
 from reference import make_inputs
 from settings import Settings

@@ -1,7 +1,7 @@
 """Publishing a stored sweep's configs: small batches, each of one kernel variant where it can.
 
 A batch runs in one task, so its worker compiles the variant once. Configs are grouped by the
-variant the GPU backends would compile (kernels.variants.select_variant: dtype, head-dim
+variant the GPU backends would compile (kernels.select.select_variant: dtype, head-dim
 buckets, defects), keep their sampled order inside a group, and are cut into batches of at
 most `task_batch_size`; a batch never mixes two variants.
 """
@@ -14,7 +14,7 @@ from celery import Celery
 
 from attnconfig import AttentionConfig
 from settings import Settings
-from kernels.variants import variant_key
+from kernels.select import variant_key
 from workers.app import SWEEP_PRIORITY, TASK_RUN_CONFIGS, queue_kind
 
 Item = tuple[str, dict[str, Any]]  # (config_hash, config as JSON): what a task carries per config
@@ -55,7 +55,7 @@ def enqueue_configs(celery: Celery, settings: Settings, *, sweep_id: int, backen
 
 
 def _defect_names() -> tuple[str, ...]:
-    from kernels.backend import DEFECTS
+    from kernels.backends.base import DEFECTS
 
     return tuple(DEFECTS)
 

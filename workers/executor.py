@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from attnconfig import AttentionConfig
-from kernels.backend import Backend, BackendUnavailable
+from kernels.backends.base import Backend, BackendUnavailable
 from kernels.source import KernelSource
 from sweeps.result import ConfigResult, unrun_result
 from sweeps.runner import run_config

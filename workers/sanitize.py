@@ -27,7 +27,7 @@ from attnconfig import AttentionConfig, parse_config
 from sweeps.result import unrun_result
 
 if TYPE_CHECKING:
-    from kernels.backend import Backend
+    from kernels.backends.base import Backend
     from sweeps.result import ConfigResult
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")

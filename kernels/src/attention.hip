@@ -1,10 +1,10 @@
-// attention.hip — split-KV (flash-decoding) attention forward and its combine (SPEC §1–§3).
+// attention.hip — split-KV (flash-decoding) attention forward and its combine (docs/spec.md §1–§3).
 //
 // One source for ROCm (hiprtc) and NVIDIA (NVRTC) through hip_compat.h. Three forward kernels
 // with one contract: attn_splitkv_fwd (rowwise: any dtype and head dim, the reference-like
 // scalar kernel), attn_splitkv_fwd_grouped (GQA rows share a K/V pass; f16/bf16/f32, dims
 // <= 256) and, on NVIDIA sm_80+ only, attn_splitkv_fwd_mma (tensor cores; f16/bf16). All
-// accumulate in f32 (int32 for i8). kernels/variants.py picks one per config.
+// accumulate in f32 (int32 for i8). kernels/select.py picks one per config.
 //
 // attn_splitkv_fwd<T, DQK_B, DV_B, BLOCK_N, NT>
 //   grid  = (g*Hq*Sq, S): blockIdx.x is the query row r = (b*Hq + h)*Sq + q, blockIdx.y the split s
@@ -21,18 +21,19 @@
 //   grid = (g*Hq*Sq), block = NT. Weights EVERY split by exp(LSE_s - M), no validity mask
 //   (M = -FLT_MAX when all LSE_s are -inf; a zero denominator stores O = 0, LSE = -inf).
 //
-// Split boundaries (SPEC §3) depend on the batch entry only: L_b = current_seq_len[b] or Sk-1,
+// Split boundaries (docs/spec.md §3) depend on the batch entry only: L_b = current_seq_len[b] or Sk-1,
 // n_blocks = (L_b + BLOCK_N) / BLOCK_N, blocks_per_split = ceil(n_blocks / S), split s covers
 // blocks [s*bps, min((s+1)*bps, n_blocks)). An empty split or a split with no visible key for a
 // row writes O_s = 0, LSE_s = -inf.
 //
-// Defect switches (each re-introduces one bug of rocMLIR's split-KV history, see backend.DEFECTS):
+// Defect switches (each re-introduces one bug of rocMLIR's split-KV history, see
+// kernels/backends/base.py DEFECTS):
 //   ATTN_DEFECT_NO_NEGINF_GUARD        exp(m_old - m_new) and exp(s - m_new) with m_new = -inf
 //   ATTN_DEFECT_FLOOR_BLOCKS_PER_SPLIT blocks_per_split = n_blocks / S (floor)
 //   ATTN_DEFECT_NO_ZERO_SUM_GUARD      O_s = acc / l without the l == 0 guard
 //   ATTN_DEFECT_CAUSAL_OFF_BY_ONE      causal mask hides key j == q + prefix
 // and four that a sweep must survive and attribute (the combine kernel only, which every
-// variant built with one of them launches: kernels/variants.py fuses_combine):
+// variant built with one of them launches: kernels/launch.py fuses_combine):
 //   ATTN_DEFECT_OOB_STORE              the last row's output stored 1 TiB past O (illegal address)
 //   ATTN_DEFECT_OOB_STORE_SMALL        the last row's last value stored 2 elements past O's end
 //   ATTN_DEFECT_MISSING_BARRIER        thread groups' sums read without the barrier (a race)
@@ -42,6 +43,37 @@
 #ifndef ATTN_MAX_HEAD_DIM
 #define ATTN_MAX_HEAD_DIM 1024
 #endif
+
+// ---- split boundaries and the causal bound, shared by every split kernel -----------------------
+// The blocks of BLOCK_N keys that split `split` of batch entry b reads: [blk_begin, blk_end), of
+// n_blocks up to key last_key (above). The rowwise kernel starts at split * blocks_per_split
+// unclamped (`clamp` false: a split past the last block is empty either way).
+struct AttnSplitRange { int last_key, n_blocks, blk_begin, blk_end; };
+
+template <int BLOCK_N, bool clamp>
+__device__ __forceinline__ AttnSplitRange attn_split_range(const int* __restrict__ current_seq_len, int b, int sk,
+                                                           int split, int num_splits) {
+    AttnSplitRange r;
+    r.last_key = current_seq_len ? current_seq_len[b] : sk - 1;
+    r.n_blocks = (r.last_key + BLOCK_N) / BLOCK_N;
+#ifdef ATTN_DEFECT_FLOOR_BLOCKS_PER_SPLIT
+    const int blocks_per_split = r.n_blocks / num_splits;
+#else
+    const int blocks_per_split = (r.n_blocks + num_splits - 1) / num_splits;
+#endif
+    r.blk_begin = clamp ? min(split * blocks_per_split, r.n_blocks) : split * blocks_per_split;
+    r.blk_end = min(r.blk_begin + blocks_per_split, r.n_blocks);
+    return r;
+}
+
+// Row qi of a batch entry whose prefix offset is `prefix` sees keys j <= qi + attn_causal_shift(prefix).
+__device__ __forceinline__ long long attn_causal_shift(long long prefix) {
+#ifdef ATTN_DEFECT_CAUSAL_OFF_BY_ONE
+    return prefix - 1;
+#else
+    return prefix;
+#endif
+}
 
 // ---- number types --------------------------------------------------------------------------
 // AttnTypes<T>: acc_t accumulates Q.K (int32 for i8), out_t is the type of V, bias and O
@@ -124,25 +156,15 @@ __global__ void __launch_bounds__(NT) attn_splitkv_fwd(
     const long long rows = (long long)g * hq * sq;
 
     // Split boundaries: batch entry only (never the query row or tile).
-    const int last_key = current_seq_len ? current_seq_len[b] : sk - 1;
-    const int n_blocks = (last_key + BLOCK_N) / BLOCK_N;
-#ifdef ATTN_DEFECT_FLOOR_BLOCKS_PER_SPLIT
-    const int blocks_per_split = n_blocks / num_splits;
-#else
-    const int blocks_per_split = (n_blocks + num_splits - 1) / num_splits;
-#endif
-    const int blk_begin = split * blocks_per_split;
-    const int blk_end = min(blk_begin + blocks_per_split, n_blocks);
+    const AttnSplitRange range = attn_split_range<BLOCK_N, false>(current_seq_len, b, sk, split, num_splits);
+    const int last_key = range.last_key;
+    const int blk_begin = range.blk_begin, blk_end = range.blk_end;
 
     // Causal bound of this row: key j is visible iff j <= causal_last.
     long long causal_last = (long long)last_key;
     if (causal) {
         const long long prefix = prefix_offset ? (long long)prefix_offset[b] : 0;
-#ifdef ATTN_DEFECT_CAUSAL_OFF_BY_ONE
-        causal_last = (long long)qi + prefix - 1;
-#else
-        causal_last = (long long)qi + prefix;
-#endif
+        causal_last = (long long)qi + attn_causal_shift(prefix);
     }
 
     const T* qp = q + (long long)b * q_sb + (long long)h * q_sh + (long long)qi * q_ss;
@@ -352,17 +374,9 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
     const int split = (int)blockIdx.y;
     const long long rows = (long long)g * hq * sq;
 
-    const int last_key = current_seq_len ? current_seq_len[b] : sk - 1;
-    const int n_blocks = (last_key + BLOCK_N) / BLOCK_N;
-#ifdef ATTN_DEFECT_FLOOR_BLOCKS_PER_SPLIT
-    const int blocks_per_split = n_blocks / num_splits;
-#else
-    const int blocks_per_split = (n_blocks + num_splits - 1) / num_splits;
-#endif
-    const int blk_begin = min(split * blocks_per_split, n_blocks);
-    const int blk_end = min(blk_begin + blocks_per_split, n_blocks);
-    const int key_begin = blk_begin * BLOCK_N;
-    const int key_end = min(blk_end * BLOCK_N, last_key + 1);
+    const AttnSplitRange range = attn_split_range<BLOCK_N, true>(current_seq_len, b, sk, split, num_splits);
+    const int key_begin = range.blk_begin * BLOCK_N;
+    const int key_end = min(range.blk_end * BLOCK_N, range.last_key + 1);
     const long long prefix = (causal && prefix_offset) ? (long long)prefix_offset[b] : 0;
 
     // The block's rows: row i is query head kvh*ratio + rr / sq at position rr % sq. Each lane
@@ -382,11 +396,7 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
                 qr[i][n][e] = (rr < rows_per_kv && d < dqk) ? attn_to_float(qp[(long long)d * q_sd]) * qk_scale : 0.0f;
             }
     }
-#ifdef ATTN_DEFECT_CAUSAL_OFF_BY_ONE
-    const long long causal_shift = prefix - 1;   // row qi sees keys j <= qi + causal_shift
-#else
-    const long long causal_shift = prefix;
-#endif
+    const long long causal_shift = attn_causal_shift(prefix);   // row qi sees keys j <= qi + causal_shift
     if (tid < RB) { m_s[tid] = ATTN_NEG_INF; l_s[tid] = 0.0f; }
 
     const T* kp = k + (long long)b * k_sb + (long long)kvh * k_sh;
@@ -565,29 +575,6 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
     }
 }
 
-// ---- timeline marks (bench/trace_combine.py; compiled only with -DATTN_TRACE) -------------
-// Thread 0 of a block writes the global nanosecond timer and its SM's clock at mark k of its
-// block's row: where the fused combine's time goes, block by block, on the device itself.
-#ifdef ATTN_TRACE
-#define ATTN_TRACE_BLOCKS 4096
-__device__ unsigned long long attn_trace[ATTN_TRACE_BLOCKS * 16];     // split kernel
-__device__ unsigned long long attn_trace_c[ATTN_TRACE_BLOCKS * 16];   // combine kernel
-__device__ __forceinline__ void attn_mark(unsigned long long* trace, int k) {
-    if (threadIdx.x != 0) return;
-    const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    if (bid >= ATTN_TRACE_BLOCKS) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    trace[bid * 16 + k] = t;
-    trace[bid * 16 + 8 + k] = (unsigned long long)clock64();
-}
-#define ATTN_MARK(k) attn_mark(attn_trace, k)
-#define ATTN_MARK_C(k) attn_mark(attn_trace_c, k)
-#else
-#define ATTN_MARK(k) ((void)0)
-#define ATTN_MARK_C(k) ((void)0)
-#endif
-
 // ---- the fused combine of the tensor-core decode kernel ----------------------------------
 // Plain device code, compiled with that kernel and by the host emulation, whose tests run it.
 #if defined(ATTN_HAVE_MMA_SM80) || defined(ATTN_HOST_EMULATION)
@@ -600,8 +587,8 @@ __device__ __forceinline__ void attn_mark(unsigned long long* trace, int k) {
 // first_row + BM - 1; those below rows_per_kv are real.
 // A thread takes four value dims of one row and reads, for up to C partials at
 // once, their LSEs and its four dims together, into registers: one round trip to L2 per chunk,
-// no shared memory and no barrier. (The version that staged the LSEs and weights in shared
-// memory behind two barriers took 12,000-15,000 cycles a level on the first timelines.) Past one
+// no shared memory and no barrier (staging the LSEs and weights in shared memory behind two
+// barriers took 12,000-15,000 cycles a level, H100, 2026-12-05). Past one
 // chunk the running maximum rescales, as the split kernel's online softmax does. Partials are
 // read past L1 (__ldcg): other SMs wrote them.
 // One copy of the code for both levels (not inlined). C partials a round trip, chosen by the
@@ -708,17 +695,10 @@ __device__ __noinline__ void attn_fused_combine(
     }
     __syncthreads();
     if (!last_s[0]) return;
-    ATTN_MARK(3);
     if (groups == 1) {
         attn_combine_tile<T, BM, NT, C>(o_part, lse_part, num_splits, rows, true, o, lse, nullptr, nullptr,
                                      first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
         if (tid == 0) count[0] = 0;
-        ATTN_MARK(6);
-#ifdef ATTN_TRACE_TWICE   // the same combine again, its code now in this SM's instruction cache
-        attn_combine_tile<T, BM, NT, C>(o_part, lse_part, num_splits, rows, true, o, lse, nullptr, nullptr,
-                                     first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
-        ATTN_MARK(7);
-#endif
         return;
     }
     float* group_lse = group_part + (long long)groups * rows * dv;
@@ -726,7 +706,6 @@ __device__ __noinline__ void attn_fused_combine(
                                  members, rows, false, o, lse, group_part + (long long)gi * rows * dv,
                                  group_lse + (long long)gi * rows,
                                  first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
-    ATTN_MARK(4);
     __syncthreads();                      // the group's partial is written, and last_s read
     if (tid == 0) {
         count[gi] = 0;
@@ -737,16 +716,9 @@ __device__ __noinline__ void attn_fused_combine(
     }
     __syncthreads();
     if (!last_s[0]) return;
-    ATTN_MARK(5);
     attn_combine_tile<T, BM, NT, C>(group_part, group_lse, groups, rows, true, o, lse, nullptr, nullptr,
                                  first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
     if (tid == 0) count[groups] = 0;
-    ATTN_MARK(6);
-#ifdef ATTN_TRACE_TWICE
-    attn_combine_tile<T, BM, NT, C>(group_part, group_lse, groups, rows, true, o, lse, nullptr, nullptr,
-                                 first_row, rows_per_kv, h0, b, hq, sq, dv, o_sb, o_sh, o_ss, o_sd);
-    ATTN_MARK(7);
-#endif
 }
 #endif
 
@@ -756,19 +728,18 @@ __device__ __noinline__ void attn_fused_combine(
 // up to 256, Q/K/V rows contiguous and 16-byte aligned (no transposed Q, K or V). An
 // architecture-specific fast path (mma.sync m16n8k16 with f32 accumulators, ldmatrix, cp.async):
 // the grouped and rowwise kernels above stay the portable path, and the host picks this one only
-// on NVIDIA GPUs of compute capability 8.0 or newer (kernels/variants.py).
-//   grid  = (g * hkv * ceil(hq/hkv * sq / (16*WM*MT)), S), block = 32*WM*WN threads,
+// on NVIDIA GPUs of compute capability 8.0 or newer (kernels/select.py).
+//   grid  = (g * hkv * ceil(hq/hkv * sq / (16*WM)), S), block = 32*WM*WN threads,
 //   dynamic shared memory = AttnMmaSmem<...>::bytes (the host computes the same: Variant.shared_bytes;
 //   past 48 KB it opts the kernel in, up to 99 KB).
-// A block serves 16*WM*MT rows of one kv head (the grouped path's head-major packing: decode's
-// GQA rows share one K/V pass), warp (wm, wn) the MT row tiles from 16*MT*wm on and, of every tile
-// of BN keys, the keys wn*BN/WN..: prefill runs WM = 4 warps of MT row tiles (1 unless the host
-// asks for 2: kernels/variants.py MMA_PREFILL_ROW_TILES), decode WN key groups
+// A block serves 16*WM rows of one kv head (the grouped path's head-major packing: decode's
+// GQA rows share one K/V pass), warp (wm, wn) the 16-row tile from 16*wm on and, of every tile
+// of BN keys, the keys wn*BN/WN..: prefill runs WM = 4 warps of one row tile, decode WN key groups
 // (MMA_DECODE_SHAPES) whose softmax states merge once at the end. K and V tiles go to shared
 // memory by cp.async, V of tile t while S = Q.K^T of tile t is computed and K of tile t+1 while
 // P.V of tile t is, as FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode measured
 // no faster on the H200: docs/decisions.md.) Decode's last blocks to finish also do the
-// combine (attn_fused_combine, above). P is rounded to T for P.V (SPEC §1 allows it); l
+// combine (attn_fused_combine, above). P is rounded to T for P.V (docs/spec.md §1 allows it); l
 // sums the f32 P. MINB is the blocks per SM the register budget must allow
 // (__launch_bounds__). Split boundaries, masks, guards and defect switches are those of
 // attn_splitkv_fwd.
@@ -832,9 +803,6 @@ __device__ __forceinline__ float attn_ex2(float x) {
     return y;
 }
 
-// Whether p holds in any lane of the warp (every lane must reach it).
-__device__ __forceinline__ bool attn_warp_any(bool p) { return __any_sync(0xffffffffu, p); }
-
 // Two floats rounded to T, the first in the low half (the lower column of a fragment).
 __device__ __forceinline__ unsigned attn_pack2(float a, float b, __half) {
     __half2 h = __floats2half2_rn(a, b);
@@ -861,10 +829,10 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 #ifndef ATTN_MMA_MERGE_PAD
 #define ATTN_MMA_MERGE_PAD 1
 #endif
-// From DQK bucket ATTN_MMA_Q_SMEM_FROM on (the host passes kernels/variants.py MMA_Q_SMEM_FROM),
+// From DQK bucket ATTN_MMA_Q_SMEM_FROM on (the host passes kernels/tuning.py MMA_Q_SMEM_FROM),
 // Q's A fragments are read from shared memory at every tile instead of held in registers (64 of
 // them a thread at 256). The D = 256 kernels run at the register limit: with them in registers
-// the decode one spilled 128 bytes, the prefill one 420 (ptxas -v, sm_90); now 0 and 116.
+// the decode one spills 128 bytes, the prefill one 420 (ptxas -v, sm_90); from shared memory 0 and 116.
 // ATTN_MMA_Q_SMEM=0 keeps them in registers everywhere (to compare; the host reserves as before).
 #ifndef ATTN_MMA_Q_SMEM
 #define ATTN_MMA_Q_SMEM 1
@@ -877,34 +845,20 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 // and the ex2, and where every key of a row is visible its maximum is taken on the unscaled scores
 // (the scale is positive). m stays in natural-log units, so the merges and the LSE are as before.
 // Prefill's softmax is most of the instructions its tiles issue beside the mma and ldmatrix
-// (docs/decisions.md). kernels/variants.py MMA_PREFILL_TABLE turns it on where an H100 ran it
+// (docs/decisions.md). kernels/tuning.py MMA_PREFILL_TABLE turns it on where an H100 ran it
 // faster (prefill, head dims summing to 128 or less); at D = 128 it spills and is slower.
 #ifndef ATTN_MMA_EXP2
 #define ATTN_MMA_EXP2 0
 #endif
 #define ATTN_LOG2E 1.4426950408889634f
-// 1: O's rescale by alpha = e^(m_old − m_new) skipped for a tile where no row of the warp has a
-// new maximum (alpha is then exactly 1, so the results are bit for bit the same): one vote a tile
-// against NOV·4 multiplies a thread (64 at D = 128), where after the first tiles of a long row a
-// new maximum is rare. Measured slower on an H100 (the vote and the branch cost more than the
-// multiplies; docs/decisions.md), so nothing turns it on: a compile switch, to measure.
-#ifndef ATTN_MMA_LAZY_RESCALE
-#define ATTN_MMA_LAZY_RESCALE 0
-#endif
-// A warp of MT > 1 row tiles (prefill) reads every K and V fragment once for MT products; its Q
-// then always comes from shared memory (MT tiles of fragments would not fit in registers).
-template <int DQK_B, int DV_B, int BN, int WM, int WN, int MT = 1>
+template <int DQK_B, int DV_B, int BN, int WM, int WN>
 struct AttnMmaSmem {
-    static constexpr bool q_in_smem = (ATTN_MMA_Q_SMEM && DQK_B >= ATTN_MMA_Q_SMEM_FROM) || MT > 1;
-    static constexpr int q = q_in_smem ? 16 * WM * MT * (DQK_B + 8) * 2 : 0;   // the rows of Q, as K's
+    static constexpr bool q_in_smem = ATTN_MMA_Q_SMEM && DQK_B >= ATTN_MMA_Q_SMEM_FROM;
+    static constexpr int q = q_in_smem ? 16 * WM * (DQK_B + 8) * 2 : 0;   // the rows of Q, as K's
     static constexpr int tiles = BN * (DQK_B + 8 + DV_B + 8) * 2 + q;
     static constexpr int merge = (WN / 2) * WM * (32 + 16 * (DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0))) * 4;
     static constexpr int bytes = tiles > merge ? tiles : merge;
 };
-
-// A if C else B (no <type_traits> under the runtime compilers).
-template <bool C, typename A, typename B> struct AttnPick { using type = A; };
-template <typename A, typename B> struct AttnPick<false, A, B> { using type = B; };
 
 // Element offset of 16-byte chunk c of shared row r: swizzled (chunk c ^ (r & 7), the row
 // unpadded) or at its place in a padded row; the loader and both readers go through here.
@@ -916,7 +870,7 @@ __device__ __forceinline__ int attn_smem_chunk(int r, int c, int stride, bool sw
 #ifndef ATTN_MMA_SWIZZLE
 #define ATTN_MMA_SWIZZLE 1
 #endif
-template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int MINB, int MT = 1>
+template <typename T, int DQK_B, int DV_B, int BLOCK_N, int BN, int WM, int WN, int MINB>
 __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     const T* __restrict__ bias, T* __restrict__ o, float* __restrict__ lse,
@@ -932,8 +886,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     int combine_group)
 {
     constexpr int NT = 32 * WM * WN;
-    constexpr int BM = 16 * WM * MT;       // rows of the block: MT 16-row tiles for each of WM warps
-    constexpr int NR = 2 * MT;             // rows of a lane (two of each of its warp's tiles)
+    constexpr int BM = 16 * WM;            // rows of the block: a 16-row tile for each of WM warps
+    constexpr int NR = 2;                  // rows of a lane (two of its warp's tile)
     constexpr int NKW = BN / WN;           // keys of a warp per tile
     constexpr int NST = NKW / 8;           // 8-key column tiles of a warp's S
     constexpr int KQ = DQK_B / 16;         // k steps of Q.K^T
@@ -950,15 +904,13 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     constexpr int KS = SWK ? DQK_B : DQK_B + 8;   // shared row strides (elements)
     constexpr int VS = SWV ? DV_B : DV_B + 8;
     constexpr int KT = BN * (DQK_B + 8);          // elements reserved for the K tile (AttnMmaSmem)
-    constexpr int SMEM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN, MT>::bytes;
-    constexpr bool QSM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN, MT>::q_in_smem;
-    static_assert(MT == 1 || WN == 1, "mma path: several row tiles a warp only without key groups (prefill)");
+    constexpr int SMEM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN>::bytes;
+    constexpr bool QSM = AttnMmaSmem<DQK_B, DV_B, BN, WM, WN>::q_in_smem;
     static_assert(DQK_B % 16 == 0 && DV_B % 16 == 0 && DQK_B <= 256 && DV_B <= 256, "mma path: head dims");
     static_assert(NKW % 16 == 0 && (WN & (WN - 1)) == 0, "mma path: a warp takes a multiple of 16 keys per tile");
-    static_assert(sizeof(T) == 2 && SMEM <= 99 * 1024, "mma path: 16-bit types, 99 KB of shared memory (variants.py MMA_MAX_SHARED)");
+    static_assert(sizeof(T) == 2 && SMEM <= 99 * 1024, "mma path: 16-bit types, 99 KB of shared memory (kernels/select.py MMA_MAX_SHARED)");
     static_assert(NT % CK == 0 && NT % CV == 0 && (BN * CK) % NT == 0 && (BN * CV) % NT == 0, "mma path: tile loads");
 
-    ATTN_MARK(0);
     unsigned char* smem = attn_mma_smem;
     if (attn_dynamic_smem_size() < (unsigned)SMEM) __trap();   // the host's Variant.shared_bytes disagrees
     T* k_s = reinterpret_cast<T*>(smem);
@@ -979,64 +931,25 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     const int split = (int)blockIdx.y;
     const long long rows = (long long)g * hq * sq;
 
-    const int last_key = current_seq_len ? current_seq_len[b] : sk - 1;
-    const int n_blocks = (last_key + BLOCK_N) / BLOCK_N;
-#ifdef ATTN_DEFECT_FLOOR_BLOCKS_PER_SPLIT
-    const int blocks_per_split = n_blocks / num_splits;
-#else
-    const int blocks_per_split = (n_blocks + num_splits - 1) / num_splits;
-#endif
-    const int blk_begin = min(split * blocks_per_split, n_blocks);
-    const int blk_end = min(blk_begin + blocks_per_split, n_blocks);
-    const int key_begin = blk_begin * BLOCK_N;
-    const int key_end = min(blk_end * BLOCK_N, last_key + 1);
+    const AttnSplitRange range = attn_split_range<BLOCK_N, true>(current_seq_len, b, sk, split, num_splits);
+    const int key_begin = range.blk_begin * BLOCK_N;
+    const int key_end = min(range.blk_end * BLOCK_N, range.last_key + 1);
     const long long prefix = (causal && prefix_offset) ? (long long)prefix_offset[b] : 0;
-#ifdef ATTN_DEFECT_CAUSAL_OFF_BY_ONE
-    const long long causal_shift = prefix - 1;   // row qi sees keys j <= qi + causal_shift
-#else
-    const long long causal_shift = prefix;
-#endif
+    const long long causal_shift = attn_causal_shift(prefix);   // row qi sees keys j <= qi + causal_shift
 
-    // The rows of this lane: fragment rows gq and gq + 8 (x even, odd) of each of its warp's row
-    // tiles (x / 2), which are tiles wm * MT .. wm * MT + MT - 1 of the block. With several
-    // tiles a warp (4 rows a lane) holding each row's state spilled: there the row ids (below
-    // g * hq * sq <= 2^31 - 1, kernels/variants.py MAX_GRID_X) and visibility limits (keys) are
-    // held in 32 bits, and validity, head and query index recomputed where used.
-    using RowInt = typename AttnPick<MT == 1, long long, int>::type;
-    constexpr int NRH = MT == 1 ? NR : 1;
-    auto row_of = [&](int x) { return grp * BM + wm * (16 * MT) + gq + 8 * x; };   // 8x = 16 (x / 2) + 8 (x % 2)
-    bool rvalid_held[NRH];
-    int rh_held[NRH], rq_held[NRH];
-    RowInt rowid[NR], vis_last[NR];
+    // The rows of this lane: fragment rows gq and gq + 8 (x = 0, 1) of its warp's row tile.
+    bool rvalid[NR];
+    int rhead[NR], rqi[NR];
+    long long rowid[NR], vis_last[NR];
 #pragma unroll
     for (int x = 0; x < NR; ++x) {
-        if constexpr (MT == 1) {   // spelled out, not row_of(x): through it the D = 32 variants compiled differently
-            const int rr = grp * BM + wm * (16 * MT) + gq + 8 * x;
-            rvalid_held[x] = rr < rows_per_kv;
-            rh_held[x] = kvh * ratio + (rvalid_held[x] ? rr / sq : 0);
-            rq_held[x] = rvalid_held[x] ? rr % sq : 0;
-            rowid[x] = ((long long)b * hq + rh_held[x]) * sq + rq_held[x];
-            vis_last[x] = causal ? (long long)rq_held[x] + causal_shift : (long long)key_end - 1;
-        } else {
-            const int rr = row_of(x);
-            const bool ok = rr < rows_per_kv;
-            const int qi = ok ? rr % sq : 0;
-            rowid[x] = (int)(((long long)b * hq + kvh * ratio + (ok ? rr / sq : 0)) * sq + qi);
-            vis_last[x] = (int)(causal ? (long long)qi + causal_shift : (long long)key_end - 1);
-        }
+        const int rr = grp * BM + wm * 16 + gq + 8 * x;
+        rvalid[x] = rr < rows_per_kv;
+        rhead[x] = kvh * ratio + (rvalid[x] ? rr / sq : 0);
+        rqi[x] = rvalid[x] ? rr % sq : 0;
+        rowid[x] = ((long long)b * hq + rhead[x]) * sq + rqi[x];
+        vis_last[x] = causal ? (long long)rqi[x] + causal_shift : (long long)key_end - 1;
     }
-    auto rvalid = [&](int x) -> bool {
-        if constexpr (MT == 1) return rvalid_held[x];
-        else return row_of(x) < rows_per_kv;
-    };
-    auto rh = [&](int x) -> int {
-        if constexpr (MT == 1) return rh_held[x];
-        else return kvh * ratio + (rvalid(x) ? row_of(x) / sq : 0);
-    };
-    auto rq = [&](int x) -> int {
-        if constexpr (MT == 1) return rq_held[x];
-        else return rvalid(x) ? row_of(x) % sq : 0;
-    };
 
     // Keys past the last one any row of the block sees are not walked: a causal prefill's
     // upper triangle. rocMLIR's kernel walked them; the -inf guard's defect needs that walk.
@@ -1066,8 +979,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
             for (int x = 0; x < 4; ++x) {
                 const int r = x & 1, d = kk * 16 + tq * 2 + (x >> 1) * 8;
-                const T* qp = q + (long long)b * q_sb + (long long)rh(r) * q_sh + (long long)rq(r) * q_ss + d;
-                qf[kk][x] = (rvalid(r) && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
+                const T* qp = q + (long long)b * q_sb + (long long)rhead[r] * q_sh + (long long)rqi[r] * q_ss + d;
+                qf[kk][x] = (rvalid[r] && d < dqk) ? *reinterpret_cast<const unsigned*>(qp) : 0u;
             }
     }
 
@@ -1094,68 +1007,54 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         m[x] = ATTN_NEG_INF;
         l[x] = 0.0f;
     }
-    float acc[MT][NOV][4];
+    float acc[NOV][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int n = 0; n < NOV; ++n)
 #pragma unroll
-        for (int n = 0; n < NOV; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
 
-    // S = Q.K^T of the warp's keys of one tile (K rows in shared memory at ks), for each of its
-    // row tiles: every K fragment read once for all of them.
-    auto tile_qk = [&](const T* ks, float (&s)[MT][NST][4]) {
+    // S = Q.K^T of the warp's keys of one tile (K rows in shared memory at ks).
+    auto tile_qk = [&](const T* ks, float (&s)[NST][4]) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int n = 0; n < NST; ++n)
 #pragma unroll
-            for (int n = 0; n < NST; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[mt][n][e] = 0.0f;
+            for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KQ; ++kk) {
-            unsigned qa[MT][4];
+            unsigned qa[4];
             if constexpr (QSM)   // lanes 0-15 address rows 0-15 of chunk 2kk, lanes 16-31 of chunk 2kk+1
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-                    attn_ldsm_x4(qa[mt], q_s + attn_smem_chunk(wm * (16 * MT) + mt * 16 + (lane & 15), kk * 2 + (lane >> 4),
-                                                               KS, SWK));
+                attn_ldsm_x4(qa, q_s + attn_smem_chunk(wm * 16 + (lane & 15), kk * 2 + (lane >> 4), KS, SWK));
 #pragma unroll
             for (int np = 0; np < NST / 2; ++np) {
                 unsigned r[4];
                 const int key = wn * NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 const int c = kk * 2 + ((lane >> 3) & 1);
                 attn_ldsm_x4(r, ks + attn_smem_chunk(key, c, KS, SWK));
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const unsigned (&a)[4] = QSM ? qa[mt] : qf[QSM ? 0 : kk];
-                    attn_mma(s[mt][2 * np], a, r[0], r[1], T());
-                    attn_mma(s[mt][2 * np + 1], a, r[2], r[3], T());
-                }
+                const unsigned (&a)[4] = QSM ? qa : qf[QSM ? 0 : kk];
+                attn_mma(s[2 * np], a, r[0], r[1], T());
+                attn_mma(s[2 * np + 1], a, r[2], r[3], T());
             }
         }
     };
 
-    // Masks, scale, bias, then the online softmax of the lane's rows (two a row tile); s becomes P.
-    auto tile_softmax = [&](float (&s)[MT][NST][4], int j0) {
-#if ATTN_MMA_LAZY_RESCALE
-        float alphas[NR];
-#endif
+    // Masks, scale, bias, then the online softmax of the lane's two rows; s becomes P.
+    auto tile_softmax = [&](float (&s)[NST][4], int j0) {
 #pragma unroll
         for (int x = 0; x < NR; ++x) {
-            const int mt = x / 2, h = x % 2;   // the row tile, the fragment row (gq or gq + 8)
+            const int h = x;                   // the fragment row (gq or gq + 8)
             float mx = ATTN_NEG_INF;
             const int jw = j0 + wn * NKW;       // the warp's first key of this tile
 #if ATTN_MMA_EXP2
             float sc = ATTN_LOG2E;     // what the exponent multiplies s by: log2 e, or scale·log2 e
 #endif
-            if (!bias && (!ATTN_MMA_EXP2 || qk_scale > 0.0f) && rvalid(x) && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
+            if (!bias && (!ATTN_MMA_EXP2 || qk_scale > 0.0f) && rvalid[x] && jw + NKW <= key_end && (long long)(jw + NKW - 1) <= vis_last[x]) {
                 // every key visible (a prefill's tiles below the diagonal): scale only
 #if ATTN_MMA_EXP2
                 // s stays unscaled; max(s)·scale is max(s·scale), bit for bit, for a positive scale
 #pragma unroll
                 for (int n = 0; n < NST; ++n)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][n][2 * h + e]);
+                    for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[n][2 * h + e]);
                 mx *= qk_scale;
                 sc = qk_scale * ATTN_LOG2E;
 #else
@@ -1163,8 +1062,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                 for (int n = 0; n < NST; ++n)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        s[mt][n][2 * h + e] *= qk_scale;
-                        mx = fmaxf(mx, s[mt][n][2 * h + e]);
+                        s[n][2 * h + e] *= qk_scale;
+                        mx = fmaxf(mx, s[n][2 * h + e]);
                     }
 #endif
             } else {
@@ -1173,11 +1072,11 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int j = jw + n * 8 + tq * 2 + e;
-                        const bool vis = rvalid(x) && j < key_end && (long long)j <= vis_last[x];
-                        float val = s[mt][n][2 * h + e] * qk_scale;
+                        const bool vis = rvalid[x] && j < key_end && (long long)j <= vis_last[x];
+                        float val = s[n][2 * h + e] * qk_scale;
                         if (vis && bias) val += attn_to_float(bias[rowid[x] * (long long)sk + j]);
                         val = vis ? val : ATTN_NEG_INF;
-                        s[mt][n][2 * h + e] = val;
+                        s[n][2 * h + e] = val;
                         mx = fmaxf(mx, val);
                     }
             }
@@ -1202,63 +1101,40 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
 #if ATTN_MMA_EXP2
-                    const float p = attn_ex2(fmaf(s[mt][n][2 * h + e], sc, -mb));
+                    const float p = attn_ex2(fmaf(s[n][2 * h + e], sc, -mb));
 #else
-                    const float p = __expf(s[mt][n][2 * h + e] - m_use);
+                    const float p = __expf(s[n][2 * h + e] - m_use);
 #endif
-                    s[mt][n][2 * h + e] = p;
+                    s[n][2 * h + e] = p;
                     sum += p;
                 }
             l[x] = l[x] * alpha + sum;
-#if ATTN_MMA_LAZY_RESCALE
-            alphas[x] = alpha;
-        }
-        bool stale = false;                   // a row whose alpha is not 1 (0, or NaN under a defect)
-#pragma unroll
-        for (int x = 0; x < NR; ++x) stale |= !(alphas[x] == 1.0f);
-        if (attn_warp_any(stale)) {
-#pragma unroll
-            for (int x = 0; x < NR; ++x)
-#pragma unroll
-                for (int n = 0; n < NOV; ++n) {
-                    acc[x / 2][n][2 * (x % 2)] *= alphas[x];
-                    acc[x / 2][n][2 * (x % 2) + 1] *= alphas[x];
-                }
-        }
-#else
 #pragma unroll
             for (int n = 0; n < NOV; ++n) {
-                acc[mt][n][2 * h] *= alpha;
-                acc[mt][n][2 * h + 1] *= alpha;
+                acc[n][2 * h] *= alpha;
+                acc[n][2 * h + 1] *= alpha;
             }
         }
-#endif
     };
 
     // acc += P.V of the warp's keys of one tile (V rows in shared memory at vs).
-    auto tile_pv = [&](const T* vs, const float (&s)[MT][NST][4]) {
+    auto tile_pv = [&](const T* vs, const float (&s)[NST][4]) {
 #pragma unroll
         for (int kk = 0; kk < NKW / 16; ++kk) {
             // The S accumulators of two 8-key tiles are the A fragment of one 16-key step.
-            unsigned a[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                a[mt][0] = attn_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1], T());
-                a[mt][1] = attn_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3], T());
-                a[mt][2] = attn_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1], T());
-                a[mt][3] = attn_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3], T());
-            }
+            unsigned a[4];
+            a[0] = attn_pack2(s[2 * kk][0], s[2 * kk][1], T());
+            a[1] = attn_pack2(s[2 * kk][2], s[2 * kk][3], T());
+            a[2] = attn_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], T());
+            a[3] = attn_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], T());
             const int key = wn * NKW + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
             for (int np = 0; np < NOV / 2; ++np) {
                 unsigned r[4];
                 const int c = np * 2 + (lane >> 4);
                 attn_ldsm_x4_trans(r, vs + attn_smem_chunk(key, c, VS, SWV));
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    attn_mma(acc[mt][2 * np], a[mt], r[0], r[1], T());
-                    attn_mma(acc[mt][2 * np + 1], a[mt], r[2], r[3], T());
-                }
+                attn_mma(acc[2 * np], a, r[0], r[1], T());
+                attn_mma(acc[2 * np + 1], a, r[2], r[3], T());
             }
         }
     };
@@ -1267,7 +1143,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     // flight. (Decode asking for V(t) beside K(t), two tiles in flight, measured no faster on
     // the H200: docs/decisions.md, "Decode against its floor".)
     const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
-    float s[MT][NST][4];
+    float s[NST][4];
     if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, key_begin);
     attn_cp_commit();
     for (int t = 0; t < n_tiles; ++t) {
@@ -1286,7 +1162,6 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         tile_pv(v_s, s);
     }
     attn_cp_wait<0>();
-    ATTN_MARK(1);
 
 #pragma unroll
     for (int x = 0; x < NR; ++x) {
@@ -1294,7 +1169,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
         l[x] += ATTN_SHFL_XOR(l[x], 2);
     }
 
-    // Merge the key groups' states (WN > 1, so MT = 1): in rounds, warps wn in [h, 2h) hand theirs to wn - h.
+    // Merge the key groups' states (WN > 1): in rounds, warps wn in [h, 2h) hand theirs to wn - h.
     if constexpr (WN > 1) {
         float* ms = reinterpret_cast<float*>(smem);
         constexpr int OS = DV_B + (ATTN_MMA_MERGE_PAD ? 8 : 0);   // a row of o: 8 mod 32 banks apart
@@ -1312,10 +1187,10 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     for (int n = 0; n < NOV; ++n) {
                         float* at = slot + 32 + r * OS + n * 8 + tq * 2;
                         if (ATTN_MMA_MERGE_PAD) {
-                            *reinterpret_cast<float2*>(at) = make_float2(acc[0][n][2 * x], acc[0][n][2 * x + 1]);
+                            *reinterpret_cast<float2*>(at) = make_float2(acc[n][2 * x], acc[n][2 * x + 1]);
                         } else {
-                            at[0] = acc[0][n][2 * x];
-                            at[1] = acc[0][n][2 * x + 1];
+                            at[0] = acc[n][2 * x];
+                            at[1] = acc[n][2 * x + 1];
                         }
                     }
                 }
@@ -1336,8 +1211,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     for (int n = 0; n < NOV; ++n) {
                         const float* at = slot + 32 + r * OS + n * 8 + tq * 2;
                         const float2 ov = ATTN_MMA_MERGE_PAD ? *reinterpret_cast<const float2*>(at) : make_float2(at[0], at[1]);
-                        acc[0][n][2 * x] = acc[0][n][2 * x] * sa + ov.x * sb;
-                        acc[0][n][2 * x + 1] = acc[0][n][2 * x + 1] * sa + ov.y * sb;
+                        acc[n][2 * x] = acc[n][2 * x] * sa + ov.x * sb;
+                        acc[n][2 * x + 1] = acc[n][2 * x + 1] * sa + ov.y * sb;
                     }
                 }
             }
@@ -1346,9 +1221,9 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     if (wn == 0) {
     #pragma unroll
         for (int x = 0; x < NR; ++x) {
-            if (!rvalid(x)) continue;
-            const float (&ax)[NOV][4] = acc[x / 2];
-            const int h = x % 2;
+            if (!rvalid[x]) continue;
+            const float (&ax)[NOV][4] = acc;
+            const int h = x;
     #ifdef ATTN_DEFECT_NO_ZERO_SUM_GUARD
             const bool empty = false;
     #else
@@ -1368,7 +1243,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
                     }
                 if (tq == 0) lse_part[(long long)split * rows + row] = lse_val;
             } else {
-                T* op = o + (long long)b * o_sb + (long long)rh(x) * o_sh + (long long)rq(x) * o_ss;
+                T* op = o + (long long)b * o_sb + (long long)rhead[x] * o_sh + (long long)rqi[x] * o_ss;
     #pragma unroll
                 for (int n = 0; n < NOV; ++n)
     #pragma unroll
@@ -1384,7 +1259,6 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     // The combine, fused (decode): the last blocks to finish combine, in one or two levels.
     if (combine_count) {
         __syncthreads();                      // every thread's partials are written (thread 0 fences)
-        ATTN_MARK(2);
         attn_fused_combine<T, BM, NT, COMBINE_CHUNK>(smem, o_part, lse_part, o, lse, combine_count, group_part, grp * BM, rows_per_kv,
                                                       kvh * ratio, b, hq, sq, dv, rows, o_sb, o_sh, o_ss, o_sd,
                                                       num_splits, combine_group);
@@ -1395,7 +1269,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
 // ---- the combine kernel --------------------------------------------------------------------
 // attn_splitkv_combine<OT, LT, NT>
 //   grid = (g*Hq*Sq, ceil(dv / dims)), block = NT (a power of two, at least 64); dims, a power
-//   of two dividing NT, is the host's choice (kernels/variants.py combine_dims): the value dims
+//   of two dividing NT, is the host's choice (kernels/launch.py combine_dims): the value dims
 //   a block sums, its NT / dims thread groups each taking every (NT/dims)-th split.
 //   Weights EVERY split by exp(LSE_s - M), no validity mask (M = -FLT_MAX when all LSE_s are
 //   -inf; a zero denominator stores O = 0, LSE = -inf). The weights are computed once per block
@@ -1435,7 +1309,6 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
     __shared__ float t_s[NT / 32];
     __shared__ float red_s[NT];
 
-    ATTN_MARK_C(0);
     const int tid = (int)threadIdx.x;
     const long long row = (long long)blockIdx.x;
     const long long rows = (long long)g * hq * sq;
@@ -1491,5 +1364,4 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
 #endif
     }
     if (lse && blockIdx.y == 0 && tid == 0) lse[row] = attn_from_float<LT>(zero ? ATTN_NEG_INF : M + logf(den));
-    ATTN_MARK_C(7);
 }

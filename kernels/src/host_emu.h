@@ -62,19 +62,6 @@ inline float attn_emu_shfl_xor(float x, int m) {
     return copy[threadIdx.x ^ (unsigned)m];
 }
 
-// A warp vote (__any_sync) through the same kind of exchange: the 32 lanes of the thread's warp.
-struct AttnEmuAny;
-inline bool attn_warp_any(bool p) {
-    static unsigned char xchg[2][1024];
-    unsigned char* copy = xchg[attn_emu_copy<AttnEmuAny>()];
-    copy[threadIdx.x] = p;
-    __syncthreads();
-    const unsigned warp = threadIdx.x & ~31u;
-    for (unsigned i = 0; i < 32; ++i)
-        if (copy[warp + i]) return true;
-    return false;
-}
-
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from api.main import create_app
     from settings import Settings
-    from kernels.backend import DEFECTS
+    from kernels.backends.base import DEFECTS
     from store.migrate import upgrade
 
     if args.defect not in DEFECTS:

@@ -15,8 +15,8 @@ import pytest
 
 from attnconfig import AttentionConfig
 from attnconfig.footprint import splitkv_extra_bytes
-from kernels.backend import NUMERIC_DEFECTS, BackendUnavailable
-from kernels.variants import mma_applies
+from kernels.backends.base import NUMERIC_DEFECTS, BackendUnavailable
+from kernels.select import mma_applies
 
 pytestmark = pytest.mark.gpu
 
@@ -177,7 +177,7 @@ def cuda_backend():
     from kernels.cache import KernelCache
 
     try:
-        from kernels.cuda import CudaBackend
+        from kernels.backends.cuda import CudaBackend
 
         backend = CudaBackend(cache=KernelCache())   # $ATTNSWEEP_KERNEL_CACHE or ~/.cache/attnsweep/kernels
     except BackendUnavailable as exc:
@@ -331,7 +331,7 @@ DECODE_SPLIT_CASES = [
         head_dim_v=256, split_kv=2, return_lse=True, with_attn_bias=True),
     cfg(dtype="bf16", g=3, num_heads_q=16, num_heads_kv=1, seq_len_q=1, seq_len_k=600, head_dim_qk=96,
         head_dim_v=160, split_kv=5, return_lse=True, current_seq_len=[0, 599, 64], trans_o=True),
-    # Hundreds of splits (the combine kernel; with ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS=1024 the fused
+    # Hundreds of splits (the combine kernel; with FUSED_COMBINE_MAX_SPLITS = 1024 the fused
     # combine's two levels): a single kv head cut short (most splits empty, whole groups of them),
     # heads of their own (one row per tile), D = 256.
     cfg(dtype="f16", g=1, num_heads_q=8, num_heads_kv=1, seq_len_q=1, seq_len_k=20000, head_dim_qk=128,
@@ -349,7 +349,7 @@ def test_decode_split_edges_match_reference(cuda_backend, c):
 
 
 def test_mma_decode_fuses_the_combine_and_matches_either_way(cuda_backend):
-    from kernels.variants import fuses_combine
+    from kernels.launch import fuses_combine
 
     if not cuda_backend.mma_capable:
         pytest.skip("this GPU has no mma path")
@@ -365,7 +365,7 @@ def test_mma_decode_fuses_the_combine_and_matches_either_way(cuda_backend):
 
 
 def test_mma_decode_variants_reach_their_blocks_per_sm(cuda_backend):
-    from kernels.variants import MMA_DECODE_SHAPES
+    from kernels.tuning import MMA_DECODE_SHAPES
 
     if not cuda_backend.mma_capable:
         pytest.skip("this GPU has no mma path")
@@ -395,7 +395,7 @@ def test_each_defect_is_caught(defect, path):
     from kernels.cache import KernelCache
 
     try:
-        from kernels.cuda import CudaBackend
+        from kernels.backends.cuda import CudaBackend
 
         backend = CudaBackend(frozenset({defect}), cache=KernelCache())
     except BackendUnavailable as exc:

@@ -138,7 +138,7 @@ def test_each_commit_is_swept_from_its_own_bundle_and_results_carry_its_hash(ser
             sweep = s.get(Sweep, sweeps[sha]["sweep_id"])
             assert (sweep.repository, sweep.ref, sweep.commit_sha, sweep.event) == (REPO, "refs/heads/main", sha, "push")
         # The unchanged local kernels and the two revisions are three different sources.
-        from kernels.variants import source_hash
+        from kernels.source import source_hash
 
         assert source_hash() not in hashes.values()
     assert {d["verdict"] for d in done.values()} == {"pass"}

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from attnconfig.outcomes import OUTCOMES  # noqa: E402
-from kernels.backend import NUMERIC_DEFECTS  # noqa: E402
+from kernels.backends.base import NUMERIC_DEFECTS  # noqa: E402
 from sweeps.policy import GATE_BOUNDS  # noqa: E402
 
 METRIC_COLUMNS = ("config_hash", "dtype", "head_dim_v", "split_kv", "causal", "outcome", "failed_gate",
@@ -131,7 +131,7 @@ def step_sdpa(a) -> list[dict]:
     import numpy as np
 
     from tools.evidence.gpu_suite import gpu_suite
-    from kernels.cuda import CudaBackend
+    from kernels.backends.cuda import CudaBackend
     from reference import make_inputs
 
     backend = CudaBackend()

@@ -253,7 +253,7 @@ def test_openapi_documents_every_endpoint_and_schema_family(client):
 
 
 def test_sanitize_picks_a_share_of_every_kernel_variant_and_is_refused_where_no_sanitizer_runs(client, settings):
-    from kernels.variants import variant_key
+    from kernels.select import variant_key
 
     resp = client.post("/sweeps", json={"samples": 40, "seed": 3, "backend": "cuda", "ranges": SMALL,
                                         "sanitize": "racecheck", "sanitize_share": 0.25})

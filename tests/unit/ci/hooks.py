@@ -63,8 +63,8 @@ def with_defects(*names: str) -> Callable[[str], str]:
 HAND_EDITS = {
     # The grouped kernel's last key: `last_key + 1` -> `last_key`, so the newest key of every
     # batch entry (L_b, docs/spec.md §3) is never attended on the grouped path (f16/bf16/f32, dims <= 256).
-    "grouped_last_key": ("    const int key_end = min(blk_end * BLOCK_N, last_key + 1);\n",
-                         "    const int key_end = min(blk_end * BLOCK_N, last_key);   // hand-made bug\n"),
+    "grouped_last_key": ("    const int key_end = min(range.blk_end * BLOCK_N, range.last_key + 1);\n",
+                         "    const int key_end = min(range.blk_end * BLOCK_N, range.last_key);   // hand-made bug\n"),
 }
 
 

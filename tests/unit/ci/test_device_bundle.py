@@ -11,7 +11,7 @@ import pytest
 
 from attnconfig import parse_config
 from kernels.source import KernelSource
-from kernels.variants import local_source
+from kernels.source import local_source
 from sweeps.runner import run_config
 from tests.unit.ci.hooks import with_defects
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from attnconfig import parse_config
-from kernels.cpu import CpuEmulationBackend
+from kernels.backends.cpu import CpuEmulationBackend
 from kernels.source import KernelSource
-from kernels.variants import load_sources, local_source
+from kernels.source import load_sources, local_source
 from store.bundles import load_bundle, save_bundle
 from kernelsrc.git import KernelRepoError, read_kernels
 from store.db import session_scope

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from kernels.source import KernelSource
-from kernels.variants import local_source
+from kernels.source import local_source
 from sweeps.result import at_commit
 from workers.executor import BackendCache
 

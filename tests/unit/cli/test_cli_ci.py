@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from cli.main import app
-from kernels.backend import DEFECTS
+from kernels.backends.base import DEFECTS
 
 # Two numeric defects on small sizes: the cpu emulation fails some configs within seconds.
 SMALL = ["--range", "seq_len_k=1:512", "--range", "seq_len_q=1:64"]

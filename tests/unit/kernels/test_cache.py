@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backend import CompileError
-from kernels.cache import KernelCache, cache_key, default_cache_dir
-from kernels.variants import Compiled
+from kernels.backends.base import CompileError
+from settings import get_settings
+from kernels.cache import Compiled, KernelCache, cache_key, default_cache_dir
 
 FIELDS = {"variant": "attn_f16_qk64_v64_n32_m1_t128", "source_hash": "abc", "options": ["-arch=sm_90"],
           "arch": "sm_90", "compiler": "nvrtc 13.0"}
@@ -73,16 +73,20 @@ def test_disabled_cache_compiles_every_time_and_writes_nothing(tmp_path):
 
 
 def test_environment_settings(tmp_path, monkeypatch):
+    """The directory and the switch are the kernel_cache settings, read when a cache is made."""
     monkeypatch.setenv("ATTNSWEEP_KERNEL_CACHE", str(tmp_path / "kc"))
     monkeypatch.delenv("ATTNSWEEP_KERNEL_CACHE_DISABLE", raising=False)
-    assert default_cache_dir() == tmp_path / "kc"
+    get_settings.cache_clear()
+    assert default_cache_dir() == tmp_path / "kc" == get_settings().kernel_cache
     cache = KernelCache()
     assert cache.directory == tmp_path / "kc" and cache.enabled
     cache.load_or_compile("v", FIELDS, Counter())
     assert list((tmp_path / "kc").glob("v-*.bin"))
     monkeypatch.setenv("ATTNSWEEP_KERNEL_CACHE_DISABLE", "1")
+    get_settings.cache_clear()
     assert not KernelCache().enabled
     monkeypatch.delenv("ATTNSWEEP_KERNEL_CACHE")
+    get_settings.cache_clear()
     assert default_cache_dir() == Path.home() / ".cache" / "attnsweep" / "kernels"
 
 

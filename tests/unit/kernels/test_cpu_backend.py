@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from attnconfig import parse_config
-from kernels.backend import NUMERIC_DEFECTS, Backend
-from kernels.cpu import CpuEmulationBackend
+from kernels.backends.base import NUMERIC_DEFECTS, Backend
+from kernels.backends.cpu import CpuEmulationBackend
 from reference import attention_exact, attention_lowprec, attention_splitkv, make_inputs, verify_outputs
 
 

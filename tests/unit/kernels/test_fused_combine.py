@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.variants import fused_combine_group
+from kernels.launch import fused_combine_group
 from reference.splits import combine_unmasked
 
 from .test_variants import GXX, SRC_DIR, needs_gxx

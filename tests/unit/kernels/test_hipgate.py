@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from attnconfig import AttentionConfig
-from kernels.hip import HipBackend
+from kernels.backends.hip import HipBackend
 from kernels.hipgate import TARGETS, defect_representatives, rocm_variants, run_gate
 from kernels.source import KernelSource
-from kernels.variants import Variant, local_source, select_variant
+from kernels.select import Variant, select_variant
+from kernels.source import local_source
 
 needs_hipcc = pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc not installed")
 

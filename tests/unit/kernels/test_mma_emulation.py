@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from kernels.cache import KernelCache
-from kernels.variants import MMA_DECODE_ROWS, select_variant
+from kernels.select import select_variant
+from kernels.tuning import MMA_DECODE_ROWS
 
 from .test_variants import HostEmuBackend, _check_against_reference, _emu_run, cfg, needs_gxx
 
@@ -72,15 +73,15 @@ def test_mma_kernel_on_host_matches_reference(mma_emu, case, shape):
 @needs_gxx
 def test_mma_kernel_two_level_fused_combine_on_host(mma_emu, monkeypatch):
     """40 splits with the fused combine allowed past 8: groups of splits combined into group
-    partials by their last block, those by the last group's (the switch that measured slower
-    and stays off by default, ATTNSWEEP_FUSED_COMBINE_MAX_SPLITS)."""
-    from kernels import variants
+    partials by their last block, those by the last group's (measured slower than the combine
+    kernel: kernels/tuning.py FUSED_COMBINE_MAX_SPLITS keeps it off by default)."""
+    from kernels import launch
 
-    monkeypatch.setattr(variants, "FUSED_COMBINE_MAX_SPLITS", 1024)
+    monkeypatch.setattr(launch, "FUSED_COMBINE_MAX_SPLITS", 1024)
     c = cfg(seq_len_q=1, num_heads_q=4, num_heads_kv=1, head_dim_qk=64, head_dim_v=64, seq_len_k=1300,
             split_kv=40, return_lse=True)
     v = select_variant(c, mma=True)
-    assert variants.fuses_combine(c, v) and mma_emu.combine_counters(c, v) > 1
+    assert launch.fuses_combine(c, v) and mma_emu.combine_counters(c, v) > 1
     inputs, prepared, out = _emu_run(mma_emu, c)
     _check_against_reference(c, inputs, out, prepared.block_n, TOL[c.dtype])
 
@@ -116,68 +117,45 @@ def test_mma_kernel_defects_show_their_symptoms_on_host(tmp_path):
                 assert np.abs(o - o_ref).max() > 0.05, (defect, c)
 
 
+class Exp2Emu(HostEmuBackend):
+    """Every mma variant built with ATTN_MMA_EXP2=1, decode included (MMA_PREFILL_TABLE turns it on
+    for small prefill tiles only); a backend of its own, since a backend keeps what it loaded by
+    variant name and the macro does not change the name."""
+
+    def compile_options(self, variant):
+        return [*super().compile_options(variant), "-DATTN_MMA_EXP2=1"]
+
+
 @pytest.fixture(scope="module")
 def mma_emu_exp2(tmp_path_factory):
-    """A backend of its own: its loaded variants all built with ATTN_MMA_EXP2=1 (a backend keeps
-    what it loaded by variant name, and the macro does not change the name)."""
-    return HostEmuBackend(cache=KernelCache(tmp_path_factory.mktemp("kcache-exp2"), enabled=True), mma=True)
+    return Exp2Emu(cache=KernelCache(tmp_path_factory.mktemp("kcache-exp2"), enabled=True), mma=True)
 
 
 @needs_gxx
 @pytest.mark.parametrize("case, shape", CASES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items())[:80]
                          if isinstance(x, dict) else x)
-def test_mma_kernel_with_exp2_softmax_on_host(mma_emu_exp2, monkeypatch, case, shape):
-    """ATTNSWEEP_MMA_EXP2=1: the scores' exponent as one FFMA, the row maximum of fully visible
+def test_mma_kernel_with_exp2_softmax_on_host(mma_emu_exp2, case, shape):
+    """ATTN_MMA_EXP2=1: the scores' exponent as one FFMA, the row maximum of fully visible
     tiles on the unscaled scores; outputs, LSE and partials as the reference's."""
-    from kernels import variants
-
-    monkeypatch.setattr(variants, "MMA_EXP2", 1)
     c = cfg(**case)
-    assert "-DATTN_MMA_EXP2=1" in select_variant(c, mma=True).macro_options()
     inputs, prepared, out = _emu_run(mma_emu_exp2, c)
     _check_against_reference(c, inputs, out, prepared.block_n, TOL[c.dtype])
 
 
 @needs_gxx
-def test_mma_exp2_softmax_keeps_the_guards_symptom_on_host(tmp_path, monkeypatch):
-    from kernels import variants
-
-    monkeypatch.setattr(variants, "MMA_EXP2", 1)
+def test_mma_exp2_softmax_keeps_the_guards_symptom_on_host(tmp_path):
     c = cfg(causal=True, seq_len_q=40, num_heads_q=1, seq_len_k=128, split_kv=2, return_lse=True)
-    _, _, out = _emu_run(HostEmuBackend({"no_neginf_guard"}, cache=KernelCache(tmp_path, enabled=True), mma=True), c)
+    _, _, out = _emu_run(Exp2Emu({"no_neginf_guard"}, cache=KernelCache(tmp_path, enabled=True), mma=True), c)
     assert np.isnan(out.out.astype(np.float64)).any()
 
 
-class LazyRescaleEmu(HostEmuBackend):
-    def compile_options(self, variant):
-        return [*super().compile_options(variant), "-DATTN_MMA_LAZY_RESCALE=1"]
-
-
-@needs_gxx
-def test_mma_lazy_rescale_changes_no_bit_on_host(mma_emu, tmp_path):
-    """ATTN_MMA_LAZY_RESCALE=1 skips O's rescale only where every alpha of the warp is exactly 1,
-    so every output, LSE and partial is bit for bit the default kernel's: CASES, and a prefill long
-    enough (12 tiles a row) for most tiles to keep their rows' maxima."""
-    lazy = LazyRescaleEmu(cache=KernelCache(tmp_path, enabled=True), mma=True)
-    long_rows = dict(seq_len_q=64, num_heads_q=2, num_heads_kv=2, head_dim_qk=64, head_dim_v=64, seq_len_k=768,
-                     split_kv=2, return_lse=True)
-    for case in [case for case, _ in CASES] + [long_rows]:
-        c = cfg(**case)
-        _, _, want = _emu_run(mma_emu, c)
-        _, _, got = _emu_run(lazy, c)
-        for name in ("out", "lse", "o_partials", "lse_partials"):
-            a, b = getattr(want, name), getattr(got, name)
-            assert (a is None) == (b is None), (name, case)
-            if a is not None:
-                assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, case)
-
-
-# Prefill with two 16-row tiles a warp (MMA_PREFILL_ROW_TILES = 2; off by default): 128-row blocks
-ROW_TILE_CASES = [
-    # causal with a prefix and bias: 100 rows in one 128-row block, tiles above the diagonal skipped
+# Prefill cases whose head dims take 128-key tiles (MMA_PREFILL_TABLE): the causal diagonal, the
+# last partial tile and the split boundaries fall inside one tile
+PREFILL_CASES = [
+    # causal with a prefix and bias: 100 rows in two 64-row blocks, tiles above the diagonal skipped
     dict(dtype="bf16", seq_len_q=100, num_heads_q=1, num_heads_kv=1, head_dim_qk=64, head_dim_v=64,
          seq_len_k=160, causal=True, prefix_offset=[50], with_attn_bias=True, return_lse=True),
-    # GQA 3 of 50 queries (150 rows a kv head: a second, mostly empty block), split in two
+    # GQA 3 of 50 queries (150 rows a kv head: a third, mostly empty block), split in two
     dict(seq_len_q=50, num_heads_q=3, num_heads_kv=1, head_dim_qk=128, head_dim_v=128, seq_len_k=130,
          split_kv=2, return_lse=True),
     # head dims of no swizzle size (padded rows), ragged keys
@@ -186,52 +164,12 @@ ROW_TILE_CASES = [
 ]
 
 
-@pytest.fixture
-def two_row_tiles(monkeypatch):
-    from kernels import variants
-
-    monkeypatch.setattr(variants, "MMA_PREFILL_ROW_TILES", 2)
-
-
 @needs_gxx
-@pytest.mark.parametrize("case", ROW_TILE_CASES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items())[:80])
-def test_mma_prefill_with_two_row_tiles_a_warp_on_host(mma_emu, two_row_tiles, case):
+@pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items())[:80])
+def test_mma_prefill_with_128_key_tiles_on_host(mma_emu, case):
     c = cfg(**case)
     v = select_variant(c, mma=True)
-    assert (v.block_m, v.row_tiles, v.row_warps, v.key_groups) == (128, 2, 4, 1) and v.name.endswith("_r2_mma")
-    inputs, prepared, out = _emu_run(mma_emu, c)
-    assert prepared.variant == v.name
-    _check_against_reference(c, inputs, out, prepared.block_n, TOL[c.dtype])
-
-
-@needs_gxx
-def test_mma_prefill_with_two_row_tiles_shows_the_defects_on_host(tmp_path, two_row_tiles):
-    from reference.exact import attention_exact
-
-    c = cfg(causal=True, seq_len_q=100, num_heads_q=1, seq_len_k=200, split_kv=2, return_lse=True)
-    assert select_variant(c, mma=True).row_tiles == 2
-    cache = KernelCache(tmp_path, enabled=True)
-    for defect, symptom in (("no_neginf_guard", "nan"), ("causal_off_by_one", "wrong")):
-        inputs, prepared, out = _emu_run(HostEmuBackend({defect}, cache=cache, mma=True), c)
-        assert defect in prepared.variant and "_r2_" in prepared.variant
-        o = out.out.astype(np.float64)
-        if symptom == "nan":
-            assert np.isnan(o).any()
-        else:
-            assert np.abs(o - attention_exact(c, inputs)[0]).max() > 0.05
-
-
-@needs_gxx
-@pytest.mark.parametrize("case", ROW_TILE_CASES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items())[:80])
-def test_mma_prefill_with_128_key_tiles_on_host(mma_emu, monkeypatch, case):
-    """ATTNSWEEP_MMA_PREFILL_TILE_N=128: the causal diagonal, the last partial tile and the split
-    boundaries fall inside a tile twice as long (the same cases as two row tiles)."""
-    from kernels import variants
-
-    monkeypatch.setattr(variants, "MMA_PREFILL_TILE_N", 128)
-    c = cfg(**case)
-    v = select_variant(c, mma=True)
-    assert (v.block_m, v.tile_n, v.row_tiles) == (64, 128, 1) and "_k128_" in v.name
+    assert (v.block_m, v.tile_n) == (64, 128) and "_k128_" in v.name
     inputs, prepared, out = _emu_run(mma_emu, c)
     assert prepared.variant == v.name
     _check_against_reference(c, inputs, out, prepared.block_n, TOL[c.dtype])

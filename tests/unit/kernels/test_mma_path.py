@@ -8,32 +8,27 @@ ptxas's report shows whether the variants keep their accumulators in registers.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from attnconfig import AttentionConfig
 from kernels.autosplit import choose_split_kv
-from kernels.backend import NotApplicable
-from kernels.variants import (
+from kernels.backends.base import NotApplicable
+from kernels.launch import (
     DEFAULT_MAX_SHARED,
-    MMA_DECODE_SHAPES,
-    MMA_MAX_SHARED,
-    SRC_DIR,
-    Variant,
     combine_launch,
     fuses_combine,
     fwd_blocks_x,
     fwd_launch,
     launch_plan,
-    mma_applies,
-    select_variant,
 )
+from kernels.select import MMA_MAX_SHARED, Variant, mma_applies, select_variant
+from kernels.source import SRC_DIR
+from kernels.tuning import MMA_DECODE_SHAPES
 from workers.enqueue import variant_key
 
 
@@ -99,73 +94,28 @@ def test_prefill_tile_and_exponentials_follow_the_measured_table(dqk, dv, tile_n
                               mma=True).mma_exp2
 
 
-def test_the_environment_overrides_the_table(monkeypatch):
-    from kernels import variants
-
-    d64 = cfg(seq_len_q=512, seq_len_k=512, head_dim_qk=64, head_dim_v=64)
-    monkeypatch.setattr(variants, "MMA_PREFILL_TILE_N", 64)
-    assert (select_variant(d64, mma=True).tile_n, select_variant(d64, mma=True).mma_exp2) == (64, False)
-    monkeypatch.setattr(variants, "MMA_EXP2", 1)
-    assert select_variant(d64, mma=True).mma_exp2 and select_variant(cfg(), mma=True).mma_exp2
-    monkeypatch.setattr(variants, "MMA_PREFILL_TILE_N", None)
-    monkeypatch.setattr(variants, "MMA_EXP2", 0)
-    assert (select_variant(d64, mma=True).tile_n, select_variant(d64, mma=True).mma_exp2) == (128, False)
-
-
-def test_prefill_key_tile_follows_its_setting(monkeypatch):
-    from kernels import variants
-
+def test_prefill_takes_four_warps_of_one_row_tile_and_the_tables_key_tile():
     pre_cfg = cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512)
-    monkeypatch.setattr(variants, "MMA_PREFILL_TILE_N", 128)
     pre = select_variant(pre_cfg, mma=True)
-    assert (pre.block_m, pre.tile_n) == (64, 128) and pre.name.endswith("_m64_t128_k128_b1_mma")
+    assert (pre.block_m, pre.threads, pre.row_warps, pre.key_groups, pre.tile_n) == (64, 128, 4, 1, 128)
+    assert pre.name.endswith("_m64_t128_k128_b1_mma")
+    assert pre.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 128, 4, 1, 1>"
     assert pre.shared_bytes == 128 * (136 + 136) * 2 <= MMA_MAX_SHARED
+    assert fwd_blocks_x(pre_cfg, pre) == 2 * 4 * 512 // 64             # g = 2, 4 heads, 512 rows each
     # decode keeps its table; head dims past 256 together keep 32-key tiles
     assert select_variant(cfg(), mma=True).tile_n == next(x for x in MMA_DECODE_SHAPES if 256 <= x[0])[1]
     assert select_variant(cfg(seq_len_q=512, head_dim_qk=256, head_dim_v=256), mma=True).tile_n == 32
 
 
-@pytest.mark.parametrize("var, value, rule", [("ATTNSWEEP_MMA_PREFILL_TILE_N", "96", "must be 32, 64 or 128"),
-                                              ("ATTNSWEEP_MMA_EXP2", "yes", "must be 0 or 1")])
-def test_kernel_settings_are_checked(var, value, rule):
-    env = {**os.environ, var: value}
-    r = subprocess.run([sys.executable, "-c", "import kernels.variants"], env=env, capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parents[3])
-    assert r.returncode != 0 and f"{var}={value}: {rule}" in r.stderr
+def test_exp2_softmax_is_a_compile_option_of_the_mma_path_only():
+    d64, d128 = (cfg(seq_len_q=512, seq_len_k=512, head_dim_qk=d, head_dim_v=d) for d in (64, 128))
+    assert "-DATTN_MMA_EXP2=1" in select_variant(d64, mma=True).macro_options()
+    assert not any("EXP2" in m for m in select_variant(d128, mma=True).macro_options())
+    assert not any("EXP2" in m for m in select_variant(cfg(dtype="f32"), mma=True).macro_options())
+    assert not any("EXP2" in m for m in select_variant(d64, path="grouped", mma=True).macro_options())
 
 
-def test_exp2_softmax_is_a_compile_option_of_the_mma_path_only(monkeypatch):
-    from kernels import variants
 
-    pre, portable = cfg(seq_len_q=512, seq_len_k=512), cfg(dtype="f32")
-    assert not any("EXP2" in m for m in select_variant(pre, mma=True).macro_options())
-    monkeypatch.setattr(variants, "MMA_EXP2", 1)
-    assert "-DATTN_MMA_EXP2=1" in select_variant(pre, mma=True).macro_options()
-    assert not any("EXP2" in m for m in select_variant(portable, mma=True).macro_options())
-
-
-def test_prefill_takes_two_row_tiles_a_warp_only_when_switched_on(monkeypatch):
-    from kernels import variants
-
-    pre_cfg = cfg(seq_len_q=512, num_heads_q=4, num_heads_kv=4, seq_len_k=512)
-    assert select_variant(pre_cfg, mma=True).row_tiles == 1          # the default: two were slower
-    monkeypatch.setattr(variants, "MMA_PREFILL_ROW_TILES", 2)
-    two = select_variant(pre_cfg, mma=True)
-    assert (two.block_m, two.threads, two.row_tiles, two.row_warps, two.key_groups) == (128, 128, 2, 4, 1)
-    assert two.fwd_expr == "attn_splitkv_fwd_mma<__half, 128, 128, 32, 64, 4, 1, 1, 2>"
-    assert two.name.endswith("_m128_t128_k64_b1_r2_mma")
-    # Q's rows in shared memory beside the K and V tiles: 128 x (128 + 8) x 2 bytes
-    assert two.shared_bytes == 64 * (136 + 136) * 2 + 128 * 136 * 2
-    assert fwd_blocks_x(pre_cfg, two) == 2 * 4 * 4                      # 512 rows a head in blocks of 128
-    # decode and D = 256 prefill keep one row tile a warp
-    assert select_variant(cfg(), mma=True).row_tiles == 1
-    assert select_variant(cfg(seq_len_q=512, head_dim_qk=256, head_dim_v=256), mma=True).row_tiles == 1
-    with pytest.raises(ValueError, match="row_tiles"):
-        Variant("f16", 128, 128, block_m=16, threads=128, tile_n=64, path="mma", min_blocks=1, row_tiles=2)
-    with pytest.raises(ValueError, match="row_tiles"):
-        Variant("f16", 128, 128, block_m=96, threads=64, tile_n=64, path="mma", min_blocks=1, row_tiles=3)
-    with pytest.raises(ValueError, match="row_tiles"):
-        Variant("f16", 128, 128, block_m=8, path="grouped", row_tiles=2)
 
 
 def test_every_mma_variant_fits_the_shared_memory_every_mma_device_can_opt_in_to():
@@ -263,8 +213,6 @@ INSTANCES = [
     select_variant(cfg(dtype="bf16", head_dim_qk=40, head_dim_v=256, seq_len_q=64), mma=True),
     Variant("f16", 64, 64, block_m=16, threads=128, tile_n=64, path="mma", min_blocks=3,
             defects=("causal_off_by_one", "floor_blocks_per_split", "no_neginf_guard", "no_zero_sum_guard")),
-    # prefill with two row tiles a warp (MMA_PREFILL_ROW_TILES, off by default)
-    Variant("bf16", 128, 128, block_m=128, threads=128, tile_n=64, path="mma", min_blocks=1, row_tiles=2),
 ]
 
 
@@ -273,19 +221,15 @@ INSTANCES = [
     ("sm_80", []), ("sm_90", []),
     # the comparison builds: padded rows everywhere, no L2 fetch hint (docs/decisions.md)
     ("sm_90", ["-DATTN_MMA_SWIZZLE=0", "-DATTN_CP_L2_PREFETCH=0"]),
-    # the timeline marks of bench/trace_combine.py
-    ("sm_90", ["-DATTN_TRACE=1"]),
-    # the FlashAttention 2 exponentials (on in the D <= 64 prefill variants, MMA_PREFILL_TABLE)
+    # the FlashAttention 2 exponentials (on where MMA_PREFILL_TABLE says, prefill up to D = 64)
     ("sm_90", ["-DATTN_MMA_EXP2=1"]),
-    # O's rescale skipped where no row has a new maximum (off by default)
-    ("sm_90", ["-DATTN_MMA_LAZY_RESCALE=1"]),
 ])
 def test_mma_kernel_compiles_with_nvcc(tmp_path: Path, arch: str, switches: list[str]):
     # the combine kernels too (one per output type; variants share them)
     refs = "\n".join(f"    (void*)&{e}," for e in dict.fromkeys(e for v in INSTANCES for e in v.name_expressions))
     # the kernel's shared memory (AttnMmaSmem) is the host's Variant.shared_bytes, checked at compile time
     smem = "\n".join(f"static_assert(AttnMmaSmem<{v.dqk_bucket}, {v.dv_bucket}, {v.tile_n}, {v.row_warps}, "
-                     f"{v.key_groups}, {v.row_tiles}>::bytes == {v.shared_bytes}, \"{v.name}\");" for v in INSTANCES)
+                     f"{v.key_groups}>::bytes == {v.shared_bytes}, \"{v.name}\");" for v in INSTANCES)
     unit = tmp_path / "inst.cu"
     unit.write_text(f'#include "attention.hip"\n{smem}\nvoid* instances[] = {{\n{refs}\n}};\n')
     macros = sorted({m for v in INSTANCES for m in v.macro_options()})
@@ -329,20 +273,3 @@ def test_the_d256_kernels_spill_no_more_than_they_did(tmp_path: Path):
               for k in kernels}
     assert spills["decode"] == 0, f"the D = 256 decode kernel spills {spills['decode']} bytes (0 before)"
     assert spills["prefill"] <= 116, f"the D = 256 prefill kernel spills {spills['prefill']} bytes (116 before)"
-
-
-@pytest.mark.parametrize("value, ok", [("2", True), ("3", False)])
-def test_the_row_tiles_switch_is_read_from_the_environment_and_checked(value, ok):
-    import os
-    import sys
-
-    code = ("from attnconfig import AttentionConfig; from kernels.variants import select_variant; "
-            "c = AttentionConfig(dtype='f16', g=1, seq_len_q=256, seq_len_k=256, num_heads_q=2, num_heads_kv=2, "
-            "head_dim_qk=64, head_dim_v=64); print(select_variant(c, mma=True).row_tiles)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "ATTNSWEEP_MMA_PREFILL_ROW_TILES": value},
-                          cwd=Path(__file__).resolve().parents[3])
-    if ok:
-        assert proc.returncode == 0 and proc.stdout.strip() == value, proc.stderr[-500:]
-    else:
-        assert proc.returncode != 0 and "ATTNSWEEP_MMA_PREFILL_ROW_TILES=3: must be 1 or 2" in proc.stderr

@@ -1,4 +1,5 @@
-"""Backend selection, and the promise that `import kernels` loads no GPU runtime."""
+"""Backend selection, and the promise that `import kernels` (and kernels.select, which the API
+process uses) loads no GPU runtime."""
 from __future__ import annotations
 
 import subprocess
@@ -8,15 +9,23 @@ import types
 import pytest
 
 import kernels
-from kernels import select
-from kernels.backend import Backend, BackendUnavailable
+from kernels import backends
+from kernels.backends.base import Backend, BackendUnavailable
 
-RUNTIME_MODULES = ("kernels.cuda", "kernels.hip", "cuda", "cuda.bindings", "hip", "hip.hip")
+RUNTIME_MODULES = ("kernels.backends.cuda", "kernels.backends.hip", "cuda", "cuda.bindings", "hip", "hip.hip")
 
 
 def test_import_kernels_imports_no_gpu_runtime():
     code = ("import sys, kernels; from kernels import get_backend; "
             f"print([m for m in {RUNTIME_MODULES!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_variant_selection_loads_no_backend_and_no_compile_cache():
+    heavy = (*RUNTIME_MODULES, "kernels.backends.device", "kernels.cache", "kernels.launch", "filelock")
+    code = ("import sys; from kernels.select import variant_key, select_variant; "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
@@ -56,22 +65,22 @@ def _unavailable(name):
 
 
 def test_auto_takes_the_first_usable(monkeypatch):
-    monkeypatch.setattr(select, "FACTORIES", {
+    monkeypatch.setattr(backends, "FACTORIES", {
         "cuda": _unavailable("cuda"), "hip": lambda d: Fake("hip", d), "cpu": lambda d: Fake("cpu", d)})
     b = kernels.get_backend("auto", {"no_zero_sum_guard"})
     assert b.name == "hip" and b.defects == frozenset({"no_zero_sum_guard"})
-    monkeypatch.setitem(select.FACTORIES, "hip", _unavailable("hip"))
+    monkeypatch.setitem(backends.FACTORIES, "hip", _unavailable("hip"))
     assert kernels.get_backend("auto").name == "cpu"
-    monkeypatch.setitem(select.FACTORIES, "cuda", lambda d: Fake("cuda", d))
+    monkeypatch.setitem(backends.FACTORIES, "cuda", lambda d: Fake("cuda", d))
     assert kernels.get_backend("auto").name == "cuda"
     for name in ("cuda", "hip", "cpu"):
-        monkeypatch.setitem(select.FACTORIES, name, _unavailable(name))
+        monkeypatch.setitem(backends.FACTORIES, name, _unavailable(name))
     with pytest.raises(BackendUnavailable, match="cuda: no cuda here; hip: no hip here; cpu: no cpu here"):
         kernels.get_backend("auto")
 
 
 def test_auto_falls_back_to_the_cpu_emulation_here():
-    pytest.importorskip("kernels.cpu")
+    pytest.importorskip("kernels.backends.cpu")
     try:
         import cuda.bindings  # noqa: F401
         pytest.skip("cuda-python is installed here; the fallback is tested with fakes above")
@@ -133,8 +142,8 @@ def test_cuda_without_cuda_python_is_unavailable(monkeypatch):
 
 
 def test_hostemu_is_chosen_by_name_only():
-    assert "hostemu" in select.BACKEND_NAMES and "hostemu" not in select.AUTO_ORDER
-    from kernels.hostemu import HostEmuBackend
+    assert "hostemu" in backends.BACKEND_NAMES and "hostemu" not in backends.AUTO_ORDER
+    from kernels.backends.hostemu import HostEmuBackend
 
     backend = kernels.get_backend("hostemu", {"causal_off_by_one"})
     assert isinstance(backend, HostEmuBackend) and backend.defects == frozenset({"causal_off_by_one"})
@@ -142,14 +151,22 @@ def test_hostemu_is_chosen_by_name_only():
     assert kernels.get_backend("auto").name != "hostemu"
 
 
-def test_hostemu_refuses_configs_too_large_to_emulate():
+def test_hostemu_refuses_configs_too_large_to_emulate(monkeypatch):
     from attnconfig import AttentionConfig
-    from kernels.backend import NotApplicable
-    from kernels.hostemu import MAX_WORK, emulated_work
+    from settings import get_settings
+    from kernels.backends.base import NotApplicable
+    from kernels.backends.hostemu import emulated_blocks, emulated_work
 
     big = AttentionConfig(dtype="f16", g=4, seq_len_q=512, seq_len_k=65536, num_heads_q=32, num_heads_kv=8,
                           head_dim_qk=128, head_dim_v=128)
-    assert emulated_work(big) > MAX_WORK
+    assert emulated_work(big) > get_settings().hostemu_max_work
     with pytest.raises(NotApplicable) as e:
         kernels.get_backend("hostemu").prepare(big)
     assert e.value.reason == "hostemu_too_large" and "ATTNSWEEP_HOSTEMU_MAX_WORK" in e.value.detail
+    # the limits are settings, read when a config is prepared
+    small = AttentionConfig(dtype="f16", g=1, seq_len_q=4, seq_len_k=64, num_heads_q=2, num_heads_kv=2,
+                            head_dim_qk=32, head_dim_v=32)
+    monkeypatch.setenv("ATTNSWEEP_HOSTEMU_MAX_BLOCKS", str(emulated_blocks(small) - 1))
+    get_settings.cache_clear()
+    with pytest.raises(NotApplicable, match="ATTNSWEEP_HOSTEMU_MAX_BLOCKS"):
+        kernels.get_backend("hostemu").prepare(small)

@@ -1,6 +1,6 @@
 """Kernel variants: naming and bucketing, launch plans, and the kernel source itself run on the host.
 
-The second half runs kernels/src/attention.hip on the `hostemu` backend (kernels/hostemu.py: g++
+The second half runs kernels/src/attention.hip on the `hostemu` backend (kernels/backends/hostemu.py: g++
 and hip_compat.h's host-emulation branch, std::threads standing in for one thread block), which
 drives it through the very `DeviceBackend.run` the CUDA and HIP backends use — buffers, NaN prefill, strides, argument
 packing, the combine — so the kernels' arithmetic, guards and defect switches are tested on a
@@ -15,26 +15,22 @@ import shutil
 import numpy as np
 import pytest
 
-import kernels.hostemu
+import kernels.backends.hostemu
 from attnconfig import AttentionConfig
 from attnconfig.footprint import splitkv_extra_bytes
-from kernels.backend import DEFECTS, CompileError, DeviceInfo, NotApplicable
+from kernels.backends.base import DEFECTS, CompileError, DeviceInfo, NotApplicable
 from kernels.cache import KernelCache
-from kernels.variants import (
+from kernels.backends.device import nan_fill_pattern
+from kernels.launch import combine_launch, fwd_launch, pack_kernel_params, physical_strides
+from kernels.select import (
     GENERAL_BUCKET,
     HEAD_DIM_BUCKETS,
-    SRC_DIR,
     Variant,
-    combine_launch,
     defect_macro,
-    fwd_launch,
     head_dim_bucket,
-    load_sources,
-    nan_fill_pattern,
-    pack_kernel_params,
-    physical_strides,
     select_variant,
 )
+from kernels.source import SRC_DIR, load_sources
 
 
 def cfg(**kw) -> AttentionConfig:
@@ -168,7 +164,7 @@ GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not found: the host emulation needs a C++20 compiler")
 
 
-class HostEmuBackend(kernels.hostemu.HostEmuBackend):
+class HostEmuBackend(kernels.backends.hostemu.HostEmuBackend):
     """The hostemu backend with the tests' defaults: no disk cache unless one is given, and no
     size limit (every case here is small)."""
 
@@ -287,7 +283,7 @@ def test_kernel_source_defects_show_their_symptoms(tmp_path):
 def test_a_store_past_o_that_does_not_fault_is_caught_by_the_guard_zone(tmp_path):
     # The kernel source's own oob_store_small, run on the host: its stray store lands in O's
     # guard zone, and the run is a fault naming the buffer, not a silent pass.
-    from kernels.backend import DeviceFault
+    from kernels.backends.base import DeviceFault
     from kernels.guards import GUARD_BYTES
 
     cache = KernelCache(tmp_path, enabled=True)
@@ -305,9 +301,9 @@ def test_a_store_past_o_that_does_not_fault_is_caught_by_the_guard_zone(tmp_path
 
 
 def test_a_device_backend_sizes_the_fused_combines_counters_from_the_plan(monkeypatch):
-    from kernels import variants
-
-    from kernels.variants import fuses_combine, fwd_blocks_x, select_variant
+    from kernels import launch
+    from kernels.launch import fuses_combine, fwd_blocks_x
+    from kernels.select import select_variant
 
     backend = HostEmuBackend()
     fused = cfg(seq_len_q=1, num_heads_q=8, num_heads_kv=2, seq_len_k=512, split_kv=4, return_lse=True)
@@ -315,7 +311,7 @@ def test_a_device_backend_sizes_the_fused_combines_counters_from_the_plan(monkey
     assert fuses_combine(fused, v) and backend.combine_counters(fused, v) == fwd_blocks_x(fused, v) == 2
     many = cfg(seq_len_q=1, num_heads_q=8, num_heads_kv=2, seq_len_k=512, split_kv=64, return_lse=True)
     assert backend.combine_counters(many, select_variant(many, mma=True)) == 0   # the combine kernel (default)
-    monkeypatch.setattr(variants, "FUSED_COMBINE_MAX_SPLITS", 1024)
+    monkeypatch.setattr(launch, "FUSED_COMBINE_MAX_SPLITS", 1024)
     assert backend.combine_counters(many, select_variant(many, mma=True)) == 2 * (8 + 1)   # 8 groups of 8, and theirs
     # the buffers every caller allocates: zeroed counters, and the groups' O and LSE with two levels
     assert backend.combine_scratch(fused, v) == {"combine_count": (2, np.dtype(np.int32), True)}

@@ -9,8 +9,8 @@ import pytest
 
 import sweeps.runner as runner
 from attnconfig import parse_config
-from kernels.backend import LaunchError
-from kernels.cpu import CpuEmulationBackend
+from kernels.backends.base import LaunchError
+from kernels.backends.cpu import CpuEmulationBackend
 from sweeps.runner import run_config
 from workers.timelimit import ConfigTimeLimitExceeded, time_limit
 

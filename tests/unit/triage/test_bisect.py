@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.variants import SRC_DIR
+from kernels.source import SRC_DIR
 from triage.bisect import BisectError, bisect
 
 COMMITS = 25

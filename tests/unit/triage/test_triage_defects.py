@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from kernels.backend import DEFECTS, FAULT_DEFECTS, GPU_ONLY_DEFECTS
+from kernels.backends.base import DEFECTS, FAULT_DEFECTS, GPU_ONLY_DEFECTS
 from store.db import session_scope
 from tests.unit.triage.sweeps import defect_sweep
 from triage.sweep import triage_sweep

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnconfig import parse_config
-from kernels.cpu import CpuEmulationBackend
+from kernels.backends.cpu import CpuEmulationBackend
 from triage.attempt import Runner
 from triage.classify import classify
 from triage.cluster import ResultRow, cluster_results

@@ -24,9 +24,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from attnconfig import AttentionConfig, parse_config
-from kernels.backend import DEFECTS, GPU_ONLY_DEFECTS, Backend, DeviceFault, DeviceInfo, Prepared, RunOutput
+from kernels.backends.base import DEFECTS, GPU_ONLY_DEFECTS, Backend, DeviceFault, DeviceInfo, Prepared, RunOutput
 from kernels.guards import CANARY, GUARD_BYTES, check_guards, padded_bytes
-from kernels.source import KernelSource
+from kernels.source import KernelSource, local_source
 from reference import chunks, masks, splits
 from reference.inputs import output_dtypes, value_dtype
 from reference.layout import logical_view, to_logical, to_physical
@@ -44,8 +44,6 @@ def _source_hash() -> str:
 
 def _source_switches(source: KernelSource | None) -> frozenset[str]:
     if source is None:
-        from kernels.variants import local_source
-
         source = local_source()
     return source.defect_switches()
 

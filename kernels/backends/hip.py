@@ -6,11 +6,12 @@ the first call that needs libamdhip64.so; both cases raise BackendUnavailable("n
 found: ..."). Every hip-python call returns a tuple whose first item is the error code.
 
 Everything but the runtime calls (variants, cache, buffers, NaN prefill, launch plan, timing,
-copy-out) is shared with the CUDA backend in kernels.variants.DeviceBackend. hiprtc compiles
+copy-out) is shared with the CUDA backend in kernels.backends.device.DeviceBackend, and the
+compile calls with NVRTC's in kernels.backends.rtc. hiprtc compiles
 the same attention.hip with `--offload-arch=<gcnArchName>`; its HIP headers are built in.
 
-Written against hip-python's documented API (ROCm/hip-python examples: hiprtc_launch_kernel_args.py);
-not run here: no AMD GPU was available while it was written.
+Written against hip-python's documented API (ROCm/hip-python examples: hiprtc_launch_kernel_args.py)
+and not run on an AMD GPU; kernels/hipgate.py compiles every variant it would pick with hipcc.
 """
 from __future__ import annotations
 
@@ -19,16 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from kernels.backend import (
-    BackendUnavailable,
-    CompileError,
-    DeviceFault,
-    DeviceInfo,
-    DeviceOutOfMemory,
-    LaunchError,
-)
+from kernels.backends.base import BackendUnavailable, DeviceInfo, LaunchError
+from kernels.backends.device import DeviceBackend
+from kernels.backends.rtc import RuntimeCompiler, runtime_error, unpack
+from kernels.cache import Compiled
+from kernels.launch import Launch
+from kernels.select import Variant
 from kernels.source import KernelSource
-from kernels.variants import Compiled, DeviceBackend, Launch, Variant
 
 
 def _import_hip() -> tuple[Any, Any]:
@@ -61,7 +59,7 @@ class HipBackend(DeviceBackend):
                  source: KernelSource | None = None):
         super().__init__(defects, cache=cache)
         self.kernel_source = source  # None: the local kernels/src
-        self._hip, self._rtc = _import_hip()
+        self._hip, rtc = _import_hip()
         self._device = device
         h = self._hip
         try:
@@ -70,6 +68,7 @@ class HipBackend(DeviceBackend):
             raise BackendUnavailable(f"no ROCm runtime found: {exc}") from None
         if err != h.hipError_t.hipSuccess or count <= device:
             raise BackendUnavailable(f"no ROCm runtime found: hipGetDeviceCount -> {err}, {count} device(s)")
+        self._rtc = RuntimeCompiler(rtc, "hiprtc", rtc.hiprtcResult.HIPRTC_SUCCESS, "Code", bytearray, "hiprtc")
         self._rt_activate()
         props = h.hipDeviceProp_t()
         self._check(h.hipGetDeviceProperties(props, device), "hipGetDeviceProperties")
@@ -85,29 +84,13 @@ class HipBackend(DeviceBackend):
         h = self._hip
         err, rest = result[0], result[1:]
         if isinstance(err, h.hipError_t) and err != h.hipError_t.hipSuccess:
-            if err == h.hipError_t.hipErrorOutOfMemory:
-                raise DeviceOutOfMemory(f"{what}: {err}")
-            if getattr(err, "name", str(err)).split(".")[-1] in STICKY_ERRORS:
-                self.poisoned = True
-                raise DeviceFault(f"{what} failed: {err}", poisons=True)
-            raise exc(f"{what} failed: {err}")
-        if not rest:
-            return None
-        return rest[0] if len(rest) == 1 else rest
-
-    def _rtccheck(self, result: tuple, what: str, prog: Any = None) -> Any:
-        rtc = self._rtc
-        err, rest = result[0], result[1:]
-        if err != rtc.hiprtcResult.HIPRTC_SUCCESS:
-            raise CompileError(f"{what} failed: {err}", log=self._program_log(prog) if prog is not None else "")
-        if not rest:
-            return None
-        return rest[0] if len(rest) == 1 else rest
+            raise runtime_error(self, err, what, str(err), out_of_memory=err == h.hipError_t.hipErrorOutOfMemory,
+                                sticky=STICKY_ERRORS, exc=exc)
+        return unpack(rest)
 
     # -- device info ----------------------------------------------------------------------------
     def compiler_version(self) -> str:
-        major, minor = self._rtccheck(self._rtc.hiprtcVersion(), "hiprtcVersion")
-        return f"hiprtc {major}.{minor}"
+        return self._rtc.version()
 
     def device_count(self) -> int:
         return int(self._check(self._hip.hipGetDeviceCount(), "hipGetDeviceCount"))
@@ -122,43 +105,8 @@ class HipBackend(DeviceBackend):
     def compile_options(self, variant: Variant) -> list[str]:
         return hip_compile_options(self.arch, variant)
 
-    def _program_log(self, prog: Any) -> str:
-        rtc = self._rtc
-        try:
-            err, size = rtc.hiprtcGetProgramLogSize(prog)
-            if err != rtc.hiprtcResult.HIPRTC_SUCCESS or size <= 1:
-                return ""
-            buf = bytearray(size)
-            rtc.hiprtcGetProgramLog(prog, buf)
-            return bytes(buf).rstrip(b"\0 ").decode(errors="replace")
-        except Exception as exc:
-            return f"(could not read the hiprtc log: {exc})"
-
     def _rt_compile(self, variant: Variant, options: list[str]) -> Compiled:
-        rtc = self._rtc
-        source, headers = self.source.entry_text, dict(self.source.headers)
-        names = list(headers)
-        prog = self._rtccheck(rtc.hiprtcCreateProgram(
-            source.encode(), b"attention.hip", len(names),
-            [headers[n].encode() for n in names], [n.encode() for n in names]), "hiprtcCreateProgram")
-        try:
-            for expr in variant.name_expressions:
-                self._rtccheck(rtc.hiprtcAddNameExpression(prog, expr.encode()), "hiprtcAddNameExpression", prog)
-            opts = [o.encode() for o in options]
-            err, = rtc.hiprtcCompileProgram(prog, len(opts), opts)
-            log = self._program_log(prog)
-            if err != rtc.hiprtcResult.HIPRTC_SUCCESS:
-                raise CompileError(f"hiprtc failed to compile {variant.name}: {err}", log=log)
-            size = self._rtccheck(rtc.hiprtcGetCodeSize(prog), "hiprtcGetCodeSize", prog)
-            code = bytearray(size)
-            self._rtccheck(rtc.hiprtcGetCode(prog, code), "hiprtcGetCode", prog)
-            lowered = {}
-            for expr in variant.name_expressions:
-                name = self._rtccheck(rtc.hiprtcGetLoweredName(prog, expr.encode()), "hiprtcGetLoweredName", prog)
-                lowered[expr] = name.decode() if isinstance(name, bytes) else str(name)
-            return Compiled(binary=bytes(code), lowered_names=lowered, log=log)
-        finally:
-            rtc.hiprtcDestroyProgram(prog)
+        return self._rtc.compile(self.source, variant, options)
 
     def _rt_load(self, compiled: Compiled) -> Any:
         return self._check(self._hip.hipModuleLoadData(bytearray(compiled.binary)), "hipModuleLoadData")

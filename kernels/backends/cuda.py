@@ -16,16 +16,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.backend import (
-    BackendUnavailable,
-    CompileError,
-    DeviceFault,
-    DeviceInfo,
-    DeviceOutOfMemory,
-    LaunchError,
-)
+from settings import get_settings
+from kernels.backends.base import BackendUnavailable, DeviceInfo, LaunchError
+from kernels.backends.device import DeviceBackend
+from kernels.backends.rtc import RuntimeCompiler, runtime_error, unpack
+from kernels.cache import Compiled
+from kernels.launch import DEFAULT_MAX_SHARED, Launch, pack_kernel_params
+from kernels.select import Variant
 from kernels.source import KernelSource
-from kernels.variants import DEFAULT_MAX_SHARED, Compiled, DeviceBackend, Launch, Variant, pack_kernel_params
 
 
 def _import_cuda() -> tuple[Any, Any]:
@@ -41,8 +39,9 @@ def _import_cuda() -> tuple[Any, Any]:
 
 
 def cuda_include_dir() -> str | None:
-    """The folder holding cuda_fp16.h: $ATTNSWEEP_CUDA_INCLUDE, $CUDA_HOME, /usr/local/cuda, or pip's copy."""
-    candidates = [os.environ.get("ATTNSWEEP_CUDA_INCLUDE")]
+    """The folder holding cuda_fp16.h: the cuda_include setting (ATTNSWEEP_CUDA_INCLUDE),
+    $CUDA_HOME, /usr/local/cuda, or pip's copy."""
+    candidates = [get_settings().cuda_include]
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             candidates.append(os.path.join(os.environ[var], "include"))
@@ -91,6 +90,8 @@ class CudaBackend(DeviceBackend):
         count = self._check(d.cuDeviceGetCount(), "cuDeviceGetCount")
         if count <= device:
             raise BackendUnavailable(f"no CUDA GPU usable: device {device} requested, {count} present")
+        nv = self._nvrtc
+        self._rtc = RuntimeCompiler(nv, "nvrtc", nv.nvrtcResult.NVRTC_SUCCESS, "CUBIN", lambda n: b" " * n, "NVRTC")
         self._dev = self._check(d.cuDeviceGet(device), "cuDeviceGet")
         self._ctx = self._check(d.cuDevicePrimaryCtxRetain(self._dev), "cuDevicePrimaryCtxRetain")
         self._rt_activate()
@@ -98,8 +99,9 @@ class CudaBackend(DeviceBackend):
         major = self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self._dev), "cuDeviceGetAttribute")
         minor = self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._dev), "cuDeviceGetAttribute")
         self.arch = f"sm_{major}{minor}"
-        # mma.sync m16n8k16 f16/bf16, ldmatrix, cp.async; ATTNSWEEP_MMA=0 runs the portable kernels only
-        self.mma_capable = int(major) >= 8 and os.environ.get("ATTNSWEEP_MMA", "1") != "0"
+        # mma.sync m16n8k16 f16/bf16, ldmatrix, cp.async; the mma setting off (ATTNSWEEP_MMA=0)
+        # runs the portable kernels only
+        self.mma_capable = int(major) >= 8 and get_settings().mma
         self.multiprocessors = int(self._check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._dev),
                                                "cuDeviceGetAttribute"))
         self.include_dir = cuda_include_dir()
@@ -118,31 +120,15 @@ class CudaBackend(DeviceBackend):
 
     def _check(self, result: tuple, what: str, exc: type[Exception] = LaunchError) -> Any:
         err, rest = result[0], result[1:]
-        if err != self._driver.CUresult.CUDA_SUCCESS:
-            if err == self._driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-                raise DeviceOutOfMemory(f"{what}: {self._err_str(err)}")
-            if getattr(err, "name", str(err)).split(".")[-1] in STICKY_ERRORS:
-                self.poisoned = True
-                raise DeviceFault(f"{what} failed: {self._err_str(err)}", poisons=True)
-            raise exc(f"{what} failed: {self._err_str(err)}")
-        if not rest:
-            return None
-        return rest[0] if len(rest) == 1 else rest
-
-    def _nvcheck(self, result: tuple, what: str, prog: Any = None) -> Any:
-        nv = self._nvrtc
-        err, rest = result[0], result[1:]
-        if err != nv.nvrtcResult.NVRTC_SUCCESS:
-            log = self._program_log(prog) if prog is not None else ""
-            raise CompileError(f"{what} failed: {err}", log=log)
-        if not rest:
-            return None
-        return rest[0] if len(rest) == 1 else rest
+        r = self._driver.CUresult
+        if err != r.CUDA_SUCCESS:
+            raise runtime_error(self, err, what, self._err_str(err), out_of_memory=err == r.CUDA_ERROR_OUT_OF_MEMORY,
+                                sticky=STICKY_ERRORS, exc=exc)
+        return unpack(rest)
 
     # -- device info ----------------------------------------------------------------------------
     def compiler_version(self) -> str:
-        major, minor = self._nvcheck(self._nvrtc.nvrtcVersion(), "nvrtcVersion")
-        return f"nvrtc {major}.{minor}"
+        return self._rtc.version()
 
     def device_count(self) -> int:
         return int(self._check(self._driver.cuDeviceGetCount(), "cuDeviceGetCount"))
@@ -167,43 +153,8 @@ class CudaBackend(DeviceBackend):
         return [f"-arch={self.arch}", "-std=c++17", f"--include-path={self.include_dir}",
                 *variant.macro_options()]
 
-    def _program_log(self, prog: Any) -> str:
-        nv = self._nvrtc
-        try:
-            err, size = nv.nvrtcGetProgramLogSize(prog)
-            if err != nv.nvrtcResult.NVRTC_SUCCESS or size <= 1:
-                return ""
-            buf = b" " * size
-            err, = nv.nvrtcGetProgramLog(prog, buf)
-            return buf.rstrip(b"\0 ").decode(errors="replace")
-        except Exception as exc:  # the log is best effort; the error itself is raised by the caller
-            return f"(could not read the NVRTC log: {exc})"
-
     def _rt_compile(self, variant: Variant, options: list[str]) -> Compiled:
-        nv = self._nvrtc
-        source, headers = self.source.entry_text, dict(self.source.headers)
-        names = list(headers)
-        prog = self._nvcheck(nv.nvrtcCreateProgram(
-            source.encode(), b"attention.hip", len(names),
-            [headers[n].encode() for n in names], [n.encode() for n in names]), "nvrtcCreateProgram")
-        try:
-            for expr in variant.name_expressions:
-                self._nvcheck(nv.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression", prog)
-            opts = [o.encode() for o in options]
-            err, = nv.nvrtcCompileProgram(prog, len(opts), opts)
-            log = self._program_log(prog)
-            if err != nv.nvrtcResult.NVRTC_SUCCESS:
-                raise CompileError(f"NVRTC failed to compile {variant.name}: {err}", log=log)
-            size = self._nvcheck(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize", prog)
-            cubin = b" " * size
-            self._nvcheck(nv.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN", prog)
-            lowered = {}
-            for expr in variant.name_expressions:
-                name = self._nvcheck(nv.nvrtcGetLoweredName(prog, expr.encode()), "nvrtcGetLoweredName", prog)
-                lowered[expr] = name.decode() if isinstance(name, bytes) else str(name)
-            return Compiled(binary=bytes(cubin), lowered_names=lowered, log=log)
-        finally:
-            nv.nvrtcDestroyProgram(prog)
+        return self._rtc.compile(self.source, variant, options)
 
     def _rt_load(self, compiled: Compiled) -> Any:
         image = np.frombuffer(compiled.binary, dtype=np.uint8).copy()

@@ -14,70 +14,17 @@ import numpy as np
 
 from attnconfig import AttentionConfig
 
-# Defects that can be compiled into the kernels (and honoured by the cpu emulation) to prove
-# that a sweep catches the bug classes of rocMLIR's split-KV history: wrong numbers
-# (NUMERIC_DEFECTS), and faults a sweep must survive and attribute to their configs.
-DEFECTS = {
-    "no_neginf_guard": "online softmax computes exp(m_old - m_new) without the -inf - (-inf) guard",
-    "floor_blocks_per_split": "blocks per split by floor division (0 iterations when n_blocks < split_kv)",
-    "no_zero_sum_guard": "final scaling divides acc by l without the l == 0 guard",
-    "causal_off_by_one": "causal mask hides key j == q + prefix (an off-by-one in the causal bound)",
-    "oob_store": "the combine stores the last row's output 1 TiB past O (a device fault on a GPU; split_kv > 1)",
-    "oob_store_small": "the combine stores the last row's last value 2 elements past the end of O (no fault; split_kv > 1)",
-    "missing_barrier": "the combine reads its thread groups' sums without the barrier that orders them (a race; split_kv > 1)",
-    "hang": "the combine spins forever on the last row (split_kv > 1)",
-}
-
-NUMERIC_DEFECTS = ("no_neginf_guard", "floor_blocks_per_split", "no_zero_sum_guard", "causal_off_by_one")
-FAULT_DEFECTS = ("oob_store", "oob_store_small", "missing_barrier", "hang")
-
-# Defects the cpu emulation has no model of: a race needs threads that share memory.
-GPU_ONLY_DEFECTS = frozenset({"missing_barrier"})
-
-
-class BackendUnavailable(RuntimeError):
-    """The runtime this backend needs is not on this host (no GPU, no driver, no library)."""
-
-
-class NotApplicable(Exception):
-    """A valid config this backend cannot run; `reason` is a short stable name for counting."""
-
-    def __init__(self, reason: str, detail: str = ""):
-        self.reason = reason
-        self.detail = detail
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-
-
-class CompileError(Exception):
-    """The kernel failed to compile (or compiling timed out); `log` is the compiler's output."""
-
-    def __init__(self, message: str, log: str = "", timed_out: bool = False):
-        self.log = log
-        self.timed_out = timed_out
-        super().__init__(message)
-
-
-class LaunchError(Exception):
-    """The kernel failed at launch or while running (driver error, illegal address...)."""
-
-    def __init__(self, message: str, log: str = ""):
-        self.log = log
-        super().__init__(message)
-
-
-class DeviceOutOfMemory(Exception):
-    """An allocation on the device failed."""
-
-
-class DeviceFault(Exception):
-    """The config's kernels did something a correct kernel never does: an illegal or misaligned
-    access, a trap, a store into a guard zone. `poisons`: the driver made the error sticky, so
-    the process's context is unusable and the process must be replaced before another config
-    runs (every later driver call would fail with the same error)."""
-
-    def __init__(self, message: str, poisons: bool):
-        self.poisons = poisons
-        super().__init__(message)
+# The defect switches and failure types live below the backends (variant selection, launch
+# plans and the compile cache use them too); importers of this module find them here as well.
+from kernels.defects import COMBINE_DEFECTS, DEFECTS, FAULT_DEFECTS, GPU_ONLY_DEFECTS, NUMERIC_DEFECTS  # noqa: F401
+from kernels.errors import (  # noqa: F401
+    BackendUnavailable,
+    CompileError,
+    DeviceFault,
+    DeviceOutOfMemory,
+    LaunchError,
+    NotApplicable,
+)
 
 
 @dataclass(frozen=True)

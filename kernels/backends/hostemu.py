@@ -14,9 +14,10 @@ the source hash, host_emu.h's text, the options and the compiler's version. The 
 the portable ones (rowwise and grouped) a GPU without NVIDIA's tensor cores runs: the mma path
 is the NVIDIA-only one (`mma=True` emulates its instructions too, for the tests).
 
-It is slow (one block at a time; every barrier and shuffle wakes the block's threads): configs whose emulated work passes
-MAX_WORK (query rows x keys x head dims, summed over the splits' reach) or MAX_BLOCKS thread
-blocks are refused as NotApplicable("hostemu_too_large"); a sweep on hostemu samples smaller
+It is slow (one block at a time; every barrier and shuffle wakes the block's threads): configs
+whose emulated work passes the hostemu_max_work setting (query rows x keys x head dims, summed
+over the splits' reach) or hostemu_max_blocks thread blocks are refused as
+NotApplicable("hostemu_too_large"); a sweep on hostemu samples smaller
 ranges (README, "Which backend"). Fault defects behave as on a host: `oob_store` writes 1 TiB
 past O and kills the process (the worker pool replaces it; three deaths store `error`), `hang`
 spins until the per-config time limit.
@@ -37,26 +38,17 @@ from typing import Any
 import numpy as np
 
 from attnconfig import AttentionConfig
-from kernels.backend import BackendUnavailable, CompileError, DeviceInfo, NotApplicable, Prepared
-from kernels.source import KernelSource
-from kernels.variants import (
-    SRC_DIR,
-    Compiled,
-    DeviceBackend,
-    Launch,
-    Variant,
-    pack_kernel_params,
-)
+from settings import get_settings
+from kernels.backends.base import BackendUnavailable, CompileError, DeviceInfo, NotApplicable, Prepared
+from kernels.backends.device import DeviceBackend
+from kernels.cache import Compiled
+from kernels.launch import Launch, pack_kernel_params
+from kernels.select import Variant
+from kernels.source import SRC_DIR, KernelSource
 
 HOST_EMU_HEADER = "host_emu.h"
 HOST_EMU_MAX_SHARED = 232448   # host_emu.h's attn_mma_smem (sm_90's opt-in maximum)
 
-# Refusal limits. Time goes mostly to the emulated barriers and shuffles (each one every thread of
-# the block passes, NT OS threads on few cores): a grouped-path config of 6.7e7 multiply-adds
-# (f16, 8 x 8 rows, 4,096 keys, D = 128) took 38 s on a 2-core machine, a rowwise one 7 s. A
-# config under the limits may still meet the per-config time limit (outcome `timeout`).
-MAX_WORK = int(os.environ.get("ATTNSWEEP_HOSTEMU_MAX_WORK", str(5 * 10**7)))
-MAX_BLOCKS = int(os.environ.get("ATTNSWEEP_HOSTEMU_MAX_BLOCKS", "100000"))
 
 
 def host_compiler() -> str | None:
@@ -187,12 +179,13 @@ class HostEmuBackend(DeviceBackend):
     # -- prepare: refuse what would take too long -------------------------------------------------
     def prepare(self, config: AttentionConfig) -> Prepared:
         if self.limits:
+            settings = get_settings()
             work, blocks = emulated_work(config), emulated_blocks(config)
-            if work > MAX_WORK:
-                raise NotApplicable("hostemu_too_large", f"{work} emulated multiply-adds > {MAX_WORK} "
+            if work > settings.hostemu_max_work:
+                raise NotApplicable("hostemu_too_large", f"{work} emulated multiply-adds > {settings.hostemu_max_work} "
                                     "(ATTNSWEEP_HOSTEMU_MAX_WORK)")
-            if blocks > MAX_BLOCKS:
-                raise NotApplicable("hostemu_too_large", f"{blocks} thread blocks > {MAX_BLOCKS} "
+            if blocks > settings.hostemu_max_blocks:
+                raise NotApplicable("hostemu_too_large", f"{blocks} thread blocks > {settings.hostemu_max_blocks} "
                                     "(ATTNSWEEP_HOSTEMU_MAX_BLOCKS)")
         return super().prepare(config)
 
