@@ -36,7 +36,7 @@ _backend = None
 def _run(args: tuple[str, dict]) -> dict:
     """One config in a pool process (the backend is built once per process)."""
     global _backend
-    from kernels.select import get_backend
+    from kernels import get_backend
     from sweeps.runner import run_config
 
     name, config = args
@@ -52,7 +52,7 @@ def _budget(backend: str) -> int:
 
     if backend in ("cpu", "hostemu"):
         return splitkv_budget(None, None)
-    from kernels.select import get_backend
+    from kernels import get_backend
 
     return splitkv_budget(get_backend(backend).device_info().total_memory, None)
 

@@ -9,7 +9,7 @@ import pytest
 
 from attnconfig import parse_config
 from attnconfig.regimes import REGIMES
-from kernels.select import get_backend
+from kernels import get_backend
 from sweeps.coverage import CellCounts, cell_space, cells_of, config_features, coverage_report, coverage_summary, possible
 from sweeps.policy import gates_for
 from sweeps.runner import run_config
