@@ -20,9 +20,8 @@ import hashlib
 import json
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
-from celery import Celery
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -35,8 +34,9 @@ from sweeps.plan import SweepPlan, plan_sweep
 from sweeps.result import ConfigResult
 from sweeps.sampler import SamplingExhausted
 from sweeps.spec import SweepSpec
-from workers.app import queue_kind
-from workers.outbox import submit as commit_and_publish
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 IDEMPOTENCY_FIELD = "idempotency_key"
 
@@ -135,6 +135,11 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
         if earlier is not None:
             return _replayed(session, earlier)
     spec = checked_spec(spec, configs, settings)
+    # The broker's libraries load here, not with the module: the embedded run (run_sweep) needs
+    # none of them, and a GPU host may not have them.
+    from workers.app import queue_kind
+    from workers.outbox import submit as commit_and_publish
+
     queue = settings.queue_name(queue_kind(spec.backend))
     memory, device = repo.queue_device_memory(session, queue, settings.worker_stale_s)
     plan = planned(spec, device_total_memory=memory, device=device, configs=configs, request_extra=extra,
