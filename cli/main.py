@@ -238,12 +238,15 @@ def _junit(url: str, sweep_id: int) -> bytes:
     from sqlalchemy import select
 
     from ci.junit import render
+    from ci.status import junit_bugs
     from store.db import session_scope
     from store.models import ConfigRun, Sweep
 
     with session_scope(url) as s:
         runs = s.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id).order_by(ConfigRun.seq)).all()
-        return render(s.get(Sweep, sweep_id), runs)
+        sweep = s.get(Sweep, sweep_id)
+        bugs, summary = junit_bugs(s, sweep)
+        return render(sweep, runs, bugs=bugs, summary=summary)
 
 
 @app.command()

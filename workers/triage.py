@@ -58,6 +58,10 @@ def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, bac
         if not isinstance(exc, Exception):
             raise
         return "failed"
+    # A CI sweep's commit status again, now counting bugs (ci.verdict.failures_text).
+    from ci.notify import sweep_ended as post_final_status
+
+    post_final_status(sweep_id, url)
     return "done"
 
 
