@@ -1,6 +1,6 @@
-// One sweep: its failures as bugs (the clusters its triage stored), its counts as charts, a
-// failure-rate heatmap over two chosen fields, and the failure table. Everything is read from the public endpoints; the URL keeps the filters, sort and axes,
-// so a view can be shared as a link.
+// One sweep: its counts as charts, a failure-rate heatmap over two chosen fields, its failures as
+// bugs (the clusters its triage stored) and the failure table. Everything is read from the
+// public endpoints; the URL keeps the filters, sort and axes, so a view can be shared as a link.
 "use strict";
 
 const PAGE = 50;
