@@ -37,18 +37,21 @@ def triage_bounds(settings: Settings) -> dict[str, Any]:
 
 
 def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, backend: str | None = None,
-               force: bool = False) -> str:
+               force: bool = False, bounds: dict[str, Any] | None = None) -> str:
     """Compute and store the sweep's clusters unless another call did (or does); returns the
-    triage's status afterwards (done, failed; running when another holds it)."""
+    triage's status afterwards (done, failed; running when another holds it; none when there
+    is no such sweep). `bounds` replace the settings' (triage_bounds' keys)."""
     from triage.sweep import triage_sweep
 
     settings = settings or get_settings()
     with session_scope(url) as s:
+        if s.get(Sweep, sweep_id) is None:
+            return "none"
         if not stored.claim_triage(s, sweep_id, stale_after_s=settings.triage_time_limit_s, force=force):
             return stored.triage_status(s, sweep_id)
     try:
         with session_scope(url) as s:
-            found = [c.to_dict() for c in triage_sweep(s, sweep_id, backend, **triage_bounds(settings))]
+            found = [c.to_dict() for c in triage_sweep(s, sweep_id, backend, **{**triage_bounds(settings), **(bounds or {})})]
         with session_scope(url) as s:
             stored.store_clusters(s, sweep_id, found)
     except BaseException as exc:
