@@ -17,7 +17,9 @@ one at a time across workers through a lock in Redis) makes the broker agree wit
    acknowledged without its results, a broker that lost messages). A config requeued
    MAX_ENQUEUES times is recorded `error` instead, so a batch that kills whatever runs it
    cannot keep its sweep running for ever;
-3. ends `done` every active sweep none of whose configs is still queued.
+3. ends `done` every active sweep none of whose configs is still queued;
+4. publishes the triage task of every finished sweep whose triage is pending and unpublished
+   (workers/triage.py).
 
 Publishing takes row locks (FOR UPDATE SKIP LOCKED on PostgreSQL), so the submitter and the
 reconciler never publish the same config twice. A config that is published twice anyway (a
