@@ -7,6 +7,11 @@ not_applicable, cancelled
 and not-yet-run configs are <skipped>. A failure's text holds its metrics, the gates it was
 judged by and its one-line reproducer. In a pull request's report a failure the base branch
 already had says so in its message.
+
+Once the sweep's triage stored its clusters, failures are reported by bug: the suite's
+`attnsweep.summary` property says "2 bugs in 119 failing configs" (a pull request's: "2 new bugs
+in ..."), each bug is a `attnsweep.bug.N` property (its signature, size, explanation and minimal
+reproducer), and each failure's message starts with the bug it belongs to.
 """
 from __future__ import annotations
 
@@ -14,10 +19,10 @@ import json
 import math
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, Collection, Iterable
+from typing import Any, Collection, Iterable, Sequence
 
 from attnconfig.outcomes import METRIC_KEYS
-from store.models import ConfigRun, Sweep
+from store.models import Cluster, ConfigRun, Sweep
 
 FAILURES = ("fail", "nan", "fault", "unsafe")
 ERRORS = ("error", "timeout", "oom")
@@ -58,14 +63,31 @@ def _body(run: ConfigRun) -> str:
     return "\n".join(lines)
 
 
-def render(sweep: Sweep, runs: Iterable[ConfigRun], known: Collection[str] = (), base_sweep_id: int | None = None) -> bytes:
-    """The JUnit XML document of `sweep` (runs in sampled order)."""
+def _bug_text(number: int, total: int, bug: Cluster) -> str:
+    return f"bug {number} of {total} ({bug.explanation.get('text') or bug.signature})"
+
+
+def render(sweep: Sweep, runs: Iterable[ConfigRun], known: Collection[str] = (), base_sweep_id: int | None = None,
+           bugs: Sequence[Cluster] | None = None, summary: str | None = None) -> bytes:
+    """The JUnit XML document of `sweep` (runs in sampled order). `bugs`: the sweep's stored
+    clusters, largest first (None: not triaged); `summary`: the failures in words
+    (ci.verdict.failures_text)."""
     suite = ET.Element("testsuite", name=f"attnsweep sweep {sweep.id}" + (f" {sweep.label}" if sweep.label else ""))
     props = ET.SubElement(suite, "properties")
     for key in ("id", "label", "status", "backend", "repository", "ref", "commit_sha", "event", "base_ref", "source_hash"):
         value = getattr(sweep, key)
         if value is not None:
             ET.SubElement(props, "property", name=f"sweep.{key}", value=_text(value))
+    if summary:
+        ET.SubElement(props, "property", name="attnsweep.summary", value=_text(summary))
+    bug_of: dict[str, str] = {}
+    for number, bug in enumerate(bugs or (), 1):
+        text = _bug_text(number, len(bugs), bug)
+        ET.SubElement(props, "property", name=f"attnsweep.bug.{number}",
+                      value=_text(f"{bug.signature}, {bug.size} failing configs: {bug.explanation.get('summary', '')}; "
+                                  f"minimal reproducer: {bug.reproducer or '-'}"))
+        for h in bug.config_hashes:
+            bug_of[h] = text
     tally = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_s = 0.0
     for run in runs:
@@ -85,6 +107,8 @@ def render(sweep: Sweep, runs: Iterable[ConfigRun], known: Collection[str] = (),
             tally["failures" if kind == "failure" else "errors"] += 1
             first = run.detail.splitlines()[0] if run.detail else run.outcome
             message = f"{run.failed_gate}: {first}" if run.failed_gate else first
+            if run.config_hash in bug_of:
+                message = f"{bug_of[run.config_hash]}: {message}"
             if run.config_hash in known:
                 message = f"known on the base branch (sweep {base_sweep_id}): {message}"
             element = ET.SubElement(case, kind, type=run.outcome, message=_text(message[:1000]))

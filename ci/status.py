@@ -7,7 +7,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from attnconfig.outcomes import FAILING_OUTCOMES, METRIC_KEYS
-from ci.verdict import judge
+from ci.verdict import failures_text, judge, new_bugs
+from store import clusters as triage_store
 from store import repo
 from store.queries import failure_rate
 from store.models import ConfigRun, Sweep
@@ -47,6 +48,22 @@ def failing_hashes(session: Session, sweep_id: int) -> set[str]:
                                             ConfigRun.outcome.in_(FAILING_OUTCOMES))))
 
 
+def bug_members(session: Session, sweep_id: int) -> list[set[str]] | None:
+    """The config hashes of each stored cluster of the sweep (one set per bug), or None while
+    its triage is not done."""
+    if triage_store.triage_status(session, sweep_id) != "done":
+        return None
+    return [set(c.config_hashes) for c in triage_store.stored_clusters(session, sweep_id)]
+
+
+def junit_bugs(session: Session, sweep: Sweep) -> tuple[list[Any] | None, str | None]:
+    """(stored clusters or None, the failures in words) for ci.junit.render."""
+    summary = commit_status(session, sweep, with_failures=False)["summary"]
+    if triage_store.triage_status(session, sweep.id) != "done":
+        return None, summary
+    return triage_store.stored_clusters(session, sweep.id), summary
+
+
 def failure_public(run: ConfigRun) -> dict[str, Any]:
     return {
         "config_hash": run.config_hash, "outcome": run.outcome, "failed_gate": run.failed_gate,
@@ -76,6 +93,12 @@ def commit_status(session: Session, sweep: Sweep, with_failures: bool = True) ->
         "base_commit_sha": base.commit_sha if base is not None else None,
         "error": sweep.error, "created_at": sweep.created_at, "finished_at": sweep.finished_at,
     }
+    bugs = bug_members(session, sweep.id)
+    out["triage"] = triage_store.triage_status(session, sweep.id)
+    out["bugs"] = len(bugs) if bugs is not None else None
+    out["new_bugs"] = new_bugs(judgement, bugs) if bugs is not None else None
+    out["summary"] = (failures_text(judgement, len(failing), bugs, base is not None and sweep.event == "pull_request")
+                      if judgement.verdict in ("pass", "fail") else None)
     if runs is not None:
         by_hash = {r.config_hash: r for r in runs}
         out["new_failures"] = [failure_public(by_hash[h]) for h in judgement.new]

@@ -10,11 +10,16 @@
   failure of a config the base sweep did not run; with no finished base sweep every failure
   is new. CI sweeps share one seed (ATTNSWEEP_CI_SEED), so both sweeps run the same configs
   as long as the settings and the split-KV budget did not change between them.
+
+Failures are reported by bug once the sweep's triage stored its clusters (store/clusters.py):
+"2 bugs in 119 failing configs" for a push, "2 new bugs in 119 failing configs" for a pull
+request, where a bug is new when any of its configs is a new failure. Until then (or without a
+triage) the wording counts configs only.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Literal, Sequence
+from typing import Collection, Iterable, Literal, Sequence
 
 Verdict = Literal["pending", "pass", "fail", "error"]
 FINISHED = "done"
@@ -40,3 +45,30 @@ def judge(status: str, event: str | None, failing: Sequence[str], base_failing: 
     else:
         new, known = tuple(failing), ()
     return Judgement("fail" if new else "pass", new, known)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def new_bugs(judgement: Judgement, clusters: Iterable[Collection[str]]) -> int:
+    """Clusters (each the config hashes of one bug) holding at least one new failure."""
+    new = set(judgement.new)
+    return sum(1 for members in clusters if new.intersection(members))
+
+
+def failures_text(judgement: Judgement, failing: int, clusters: Sequence[Collection[str]] | None,
+                  compared: bool) -> str:
+    """The failures of a finished sweep in words: by bug when `clusters` (config hashes per
+    stored cluster) are given, else by config. `compared`: a pull request with a base sweep."""
+    if clusters is None:
+        text = f"{failing} failing"
+        if compared:
+            text += f" ({len(judgement.new)} new, {len(judgement.known)} known on the base branch)"
+        return text
+    if not compared:
+        return f"{_plural(len(clusters), 'bug')} in {_plural(failing, 'failing config')}"
+    fresh = new_bugs(judgement, clusters)
+    text = f"{_plural(fresh, 'new bug')} in {_plural(failing, 'failing config')}"
+    known = len(clusters) - fresh
+    return text + (f" ({_plural(known, 'bug')} known on the base branch)" if known else "")

@@ -155,8 +155,10 @@ def run(
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help="seconds a config may run before it is stored as timeout and its process replaced (default: ATTNSWEEP_CONFIG_TIME_LIMIT_S; 0: none)"),
     sanitize: Optional[str] = typer.Option(None, "--sanitize", help="run configs under compute-sanitizer: memcheck|racecheck|synccheck|initcheck (cuda only); a finding stores the config as unsafe"),
     sanitize_share: float = typer.Option(1.0, "--sanitize-share", help="with --sanitize: the share of configs sanitized, stratified by kernel variant (every variant at least once)"),
+    no_triage: bool = typer.Option(False, "--no-triage", help="skip the triage after the sweep (clustering its failures by bug, shrinking and classifying each; bounded by ATTNSWEEP_TRIAGE_*)"),
 ) -> None:
-    """Sample, prefilter, run and verify a sweep in worker processes of this machine; store every result.
+    """Sample, prefilter, run and verify a sweep in worker processes of this machine; store every
+    result; then triage its failures (one line per bug, stored for `attnsweep triage`).
 
     Exit status: 0 when no config ended in an outcome of --fail-on, 1 when one did, 2 on a usage
     mistake (the line on stderr names it)."""
@@ -212,17 +214,25 @@ def run(
         with progress_bar(console, total, "configs") as advance:
             yield lambda r: advance(r.outcome)
 
+    @contextmanager
+    def triaging(sweep_id: int) -> Iterator[None]:
+        console.print(f"sweep {sweep_id}: triage of its failures (--no-triage skips it)", highlight=False)
+        yield
+
     t0 = time.perf_counter()
     try:
         sweep_id = run_sweep(url, spec, backend=info.backend, device_total_memory=info.total_memory, device=info.device,
                              defects=defects, sanitize=(sanitize, sanitize_share) if sanitize else None, jobs=jobs,
-                             gpus=gpu_list, time_limit_s=time_limit, started=started)
+                             gpus=gpu_list, time_limit_s=time_limit, started=started, triage=not no_triage,
+                             triaging=triaging)
     except SubmitError as exc:
         be.close()
         fail(str(exc))
     wall = time.perf_counter() - t0
     report = sweep_report(url, sweep_id, wall)
     print_summary(Console(), url, sweep_id, report)
+    if not no_triage:
+        _print_bugs(url, sweep_id)
     if report_json:
         report_json.write_text(json.dumps(report, indent=2) + "\n")
     if junit_xml:
@@ -234,16 +244,34 @@ def run(
         raise typer.Exit(1)
 
 
+def _print_bugs(url: str, sweep_id: int) -> None:
+    from cli.triage import bug_lines
+    from store.clusters import clusters_report
+    from store.db import session_scope
+
+    with session_scope(url) as s:
+        triaged = clusters_report(s, sweep_id)
+    out = Console(soft_wrap=True)
+    if triaged["status"] != "done":
+        out.print(f"triage {triaged['status']}: {triaged['error'] or ''}", highlight=False, markup=False)
+        return
+    for line in bug_lines(triaged["clusters"]):
+        out.print(line, highlight=False, markup=False)
+
+
 def _junit(url: str, sweep_id: int) -> bytes:
     from sqlalchemy import select
 
     from ci.junit import render
+    from ci.status import junit_bugs
     from store.db import session_scope
     from store.models import ConfigRun, Sweep
 
     with session_scope(url) as s:
         runs = s.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id).order_by(ConfigRun.seq)).all()
-        return render(s.get(Sweep, sweep_id), runs)
+        sweep = s.get(Sweep, sweep_id)
+        bugs, summary = junit_bugs(s, sweep)
+        return render(sweep, runs, bugs=bugs, summary=summary)
 
 
 @app.command()

@@ -77,33 +77,76 @@ def triage(
     sweep: int = typer.Argument(..., min=1, help="sweep id"),
     db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
     backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP + " (default: the backend its results name)"),
-    no_shrink: bool = typer.Option(False, "--no-shrink", help="cluster and explain only: run nothing"),
+    recompute: bool = typer.Option(False, "--recompute", help="compute and store the clusters again even when stored"),
+    no_shrink: bool = typer.Option(False, "--no-shrink", help="cluster and explain only: run nothing, store nothing"),
     max_runs: int = MAX_RUNS,
     max_seconds: float = MAX_SECONDS,
     time_limit: float = TIME_LIMIT,
-    as_json: bool = typer.Option(False, "--json", help="print {clusters: [...]} as one JSON object"),
+    as_json: bool = typer.Option(False, "--json", help="print {status, clusters: [...]} as one JSON object"),
 ) -> None:
     """Cluster a sweep's failures by bug; explain, shrink and classify each cluster.
 
     A cluster is one bug as far as the results tell: its failures share a signature (outcome,
     deciding gate, kernel family) and the config conditions that explain them. Its smallest
     member is shrunk to a minimal reproducer, which is classified (deterministic,
-    data-dependent, flaky)."""
+    data-dependent, flaky). The clusters a worker or an earlier call stored are shown as
+    stored; otherwise (or with --recompute) they are computed here and stored.
+
+    Exit status: 0 when shown, 1 when the triage failed or a worker is running it, 2 on a
+    usage mistake."""
+    from store import clusters as stored
     from store.db import session_scope
+    from store.models import Sweep
     from triage.sweep import SweepNotFound, clusters_json, triage_sweep
+    from workers.triage import run_triage
 
     url = _database_url(db)
-    try:
+    with session_scope(url) as s:
+        if s.get(Sweep, sweep) is None:
+            _fail(f"sweep {sweep}: no such sweep")
+        status = stored.triage_status(s, sweep)
+    if no_shrink:
+        try:
+            with session_scope(url) as s:
+                report = {"status": "unstored", **clusters_json(triage_sweep(s, sweep, backend, shrink_configs=False,
+                                                                             classify_configs=False))}
+        except SweepNotFound as exc:
+            _fail(str(exc))
+    else:
+        if recompute or status != "done":
+            if not as_json:
+                console.print(f"sweep {sweep}: triage (shrinking at most {max_runs} runs, {max_seconds:g} s per cluster)",
+                              highlight=False)
+            status = run_triage(url, sweep, backend=backend, force=recompute,
+                                bounds={"max_runs": max_runs, "max_seconds": max_seconds,
+                                        "time_limit_s": _limit(time_limit), "max_clusters": None})
         with session_scope(url) as s:
-            clusters = triage_sweep(s, sweep, backend, shrink_configs=not no_shrink, classify_configs=not no_shrink,
-                                    max_runs=max_runs, max_seconds=max_seconds, time_limit_s=_limit(time_limit))
-            report = clusters_json(clusters)
-    except SweepNotFound as exc:
-        _fail(str(exc))
+            report = stored.clusters_report(s, sweep)
     if as_json:
         print(json.dumps(report, default=str))
-        return
-    _print_clusters(sweep, report["clusters"])
+    elif report["status"] in ("done", "unstored"):
+        _print_clusters(sweep, report["clusters"])
+    if report["status"] == "failed":
+        console.print(f"sweep {sweep}: triage failed: {report['error']}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    if report["status"] == "running":
+        console.print(f"sweep {sweep}: a worker is triaging it; try again later, or --recompute", highlight=False)
+        raise typer.Exit(1)
+
+
+def bug_lines(clusters: list[dict[str, Any]]) -> list[str]:
+    """"2 bugs in 119 failing configs", then one line per bug: size, signature, explanation,
+    classification and the minimal reproducer."""
+    failing = sum(c["size"] for c in clusters)
+    if not clusters:
+        return ["no failures: no bugs"]
+    lines = [f"{len(clusters)} bug{'s' if len(clusters) != 1 else ''} in {failing} failing config{'s' if failing != 1 else ''}"]
+    for i, c in enumerate(clusters, 1):
+        sig = c["signature"]
+        kind = (c["classification"] or {}).get("kind", "not classified")
+        lines.append(f"  {i}. {c['size']} {sig['outcome']}/{sig['gate'] or '-'}/{sig['family']}: "
+                     f"{c['explanation']['text']} ({kind}); reproducer: {c['reproducer'] or '-'}")
+    return lines
 
 
 def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:

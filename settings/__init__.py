@@ -81,6 +81,14 @@ class Settings(BaseSettings):
     # ceiling: about 50 s of one CPU); a request's max_draws above it is a 422, and the default
     # of 1000 * samples is cut to it.
     max_draws: int = Field(default=1_000_000, ge=1, le=1_000_000)
+    # Triage of a finished sweep (workers/triage.py), bounded so a worker is not held long: the
+    # largest TRIAGE_CLUSTERS clusters are shrunk and classified (the rest are clustered and
+    # explained only), each shrink spends at most TRIAGE_SHRINK_RUNS runs and
+    # TRIAGE_SHRINK_SECONDS, and one run may take TRIAGE_RUN_TIME_LIMIT_S before it is a timeout.
+    triage_clusters: int = Field(default=8, ge=0, le=100)
+    triage_shrink_runs: int = Field(default=100, ge=1)
+    triage_shrink_seconds: float = Field(default=60.0, gt=0)
+    triage_run_time_limit_s: float = Field(default=30.0, ge=0)
 
     # --- CI integration (POST /webhooks/ci, GET /ci/...) -------------------------------------
     # Where CI sweeps read kernels/src at the pushed commit: a git URL or a local path.
@@ -151,6 +159,13 @@ class Settings(BaseSettings):
     def task_time_limit_s(self) -> float:
         """Celery's hard limit for one task of a full batch: the last resort behind the watchdog."""
         return self.task_batch_size * (self.config_time_limit_s + self.config_time_grace_s) + 60.0
+
+    @property
+    def triage_time_limit_s(self) -> float:
+        """Celery's hard limit for a triage task: per shrunk cluster its shrink budget, the run
+        that may overrun it, its classification (triage.classify: 3 repeats and 4 seeds, each
+        within the run limit); and a minute for clustering and storing."""
+        return self.triage_clusters * (self.triage_shrink_seconds + 8 * (self.triage_run_time_limit_s or 30.0)) + 60.0
 
     @property
     def lease_renew_s(self) -> float:

@@ -234,3 +234,46 @@ class CiDelivery(Base):
     body_sha256: Mapped[str | None] = mapped_column(String(64))
     sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class SweepTriage(Base):
+    """Revision 0006: the triage of one finished sweep (triage/): pending until a worker (or the
+    embedded runner) computes it, then done with its clusters, or failed with the reason. A
+    triage that fails never changes the sweep's own status."""
+
+    __tablename__ = "sweep_triage"
+
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)  # pending, running, done, failed
+    error: Mapped[str | None] = mapped_column(Text)
+    runs: Mapped[int | None] = mapped_column(Integer)  # real runs spent shrinking and classifying
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Set when its task is published to the broker (null: not yet, the reconciler publishes it).
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Cluster(Base):
+    """One bug of a sweep as its triage found it: the failures that share a signature and an
+    explanation, the smallest config that still fails that way, and how it repeats."""
+
+    __tablename__ = "clusters"
+    __table_args__ = (UniqueConstraint("sweep_id", "signature", name="uq_clusters_sweep_signature"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)  # 0 for the largest cluster
+    signature: Mapped[str] = mapped_column(String(200))  # outcome/gate/family (triage.signature.Signature.label)
+    size: Mapped[int] = mapped_column(Integer)
+    signatures: Mapped[dict[str, Any]] = mapped_column(JSON)  # label -> members with it
+    explanation: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config_hashes: Mapped[list[str]] = mapped_column(JSON)  # the member configs (ConfigRun.config_hash)
+    example_config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    minimal_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    reproducer: Mapped[str | None] = mapped_column(Text)
+    classification: Mapped[str | None] = mapped_column(String(32))
+    classification_detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    first_bad_commit: Mapped[str | None] = mapped_column(String(64))
+    runs: Mapped[int | None] = mapped_column(Integer)  # real runs its shrink and classification spent
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from attnconfig import AttentionConfig
 from attnconfig.outcomes import OUTCOMES
-from store.models import ConfigRun, FilterCount, Sweep
+from store.models import ConfigRun, FilterCount, Sweep, SweepTriage
 
 if TYPE_CHECKING:
     from sweeps.plan import SweepPlan
@@ -231,7 +231,8 @@ def mark_running(session: Session, sweep_id: int) -> None:
 
 
 def finish_if_complete(session: Session, sweep_id: int) -> bool:
-    """running -> done when no config of the sweep is queued any more. Call after committing a result.
+    """running -> done when no config of the sweep is queued any more, its triage pending. Call
+    after committing a result.
 
     Every worker checks after its own commit, so the worker whose result was the last one to
     commit always sees none queued: no sweep stays running with all its configs done.
@@ -246,7 +247,14 @@ def finish_if_complete(session: Session, sweep_id: int) -> bool:
         .where(Sweep.id == sweep_id, Sweep.status.in_(ACTIVE_STATUSES))
         .values(status="done", finished_at=now())
     )
-    return done.rowcount == 1
+    if done.rowcount != 1:
+        return False
+    # The sweep's triage is owed in the same transaction that ends it, so no finished sweep is
+    # left without one (store/clusters.py); a worker computes it (workers/triage.py).
+    if session.get(SweepTriage, sweep_id) is None:
+        session.add(SweepTriage(sweep_id=sweep_id, status="pending"))
+        session.flush()
+    return True
 
 
 def sweep_sanitize(session: Session, sweep_id: int) -> tuple[str, frozenset[str]] | None:

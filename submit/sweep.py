@@ -168,13 +168,18 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
 def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: int | None, device: str | None,
               defects: frozenset[str] = frozenset(), sanitize: tuple[str, float] | None = None, jobs: int = 1,
               gpus: Sequence[int] = (), time_limit_s: float | None = None,
-              started: Callable[[int, int], ContextManager[Callable[[ConfigResult], None] | None]] | None = None) -> int:
+              started: Callable[[int, int], ContextManager[Callable[[ConfigResult], None] | None]] | None = None,
+              triage: bool = False, triaging: Callable[[int], ContextManager[Any]] | None = None) -> int:
     """Run a sweep in this machine's embedded pool (workers.embedded): the budget of this
     machine's device, planned, committed, then executed, every result stored at `url`.
     `started(sweep_id, configs_total)`: entered once the sweep is committed, around its
-    execution; what it yields gets every result. Returns the sweep id. Raises SubmitError."""
+    execution; what it yields gets every result. With `triage`, the finished sweep's failures
+    are then triaged in this process and the clusters stored (workers.triage.run_triage, inside
+    `triaging(sweep_id)` when given); a triage that fails is stored as failed, and the sweep
+    stays done. Returns the sweep id. Raises SubmitError."""
     from store.db import session_scope
     from workers.embedded import execute_sweep
+    from workers.triage import run_triage
 
     plan = planned(spec, device_total_memory=device_total_memory, device=device, sanitize=sanitize,
                    defects=tuple(sorted(defects)))
@@ -183,4 +188,7 @@ def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: i
     with (started(sweep_id, len(plan.configs)) if started else nullcontext()) as on_result:
         execute_sweep(url, sweep_id, backend, defects=defects, jobs=jobs, on_result=on_result, gpus=gpus,
                       time_limit_s=time_limit_s)
+    if triage:
+        with triaging(sweep_id) if triaging else nullcontext():
+            run_triage(url, sweep_id)
     return sweep_id

@@ -46,6 +46,7 @@ class Cluster:
     shrink_runs: int | None = None
     classification: Any = None            # triage.classify.Classification
     first_bad_commit: str | None = None
+    reproducer: str | None = None         # the command line that runs minimal_config as the sweep did
 
     @property
     def size(self) -> int:
@@ -70,6 +71,9 @@ class Cluster:
             "shrink_runs": self.shrink_runs,
             "classification": self.classification.to_dict() if self.classification is not None else None,
             "first_bad_commit": self.first_bad_commit,
+            "reproducer": self.reproducer,
+            "runs": (self.shrink_runs or 0) + (self.classification.runs if self.classification is not None else 0),
+            "config_hashes": [r.config.content_hash() for r in self.members],
         }
 
 

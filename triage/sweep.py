@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from attnconfig import parse_config
 from kernels.source import KernelSource
 from store.models import ConfigRun, SourceBundle, Sweep
+from sweeps.result import at_commit, reproducer_command
 from triage.attempt import Runner
 from triage.classify import DEFAULT_REPEATS, DEFAULT_SEEDS, classify
 from triage.cluster import Cluster, ResultRow, cluster_results
@@ -69,30 +70,41 @@ def sweep_runner(session: Session, sweep_id: int, backend: str | None = None, *,
 
 def triage_clusters(clusters: list[Cluster], runner: Runner, *, shrink_configs: bool = True, classify_configs: bool = True,
                     max_runs: int = DEFAULT_MAX_RUNS, max_seconds: float = DEFAULT_MAX_SECONDS,
-                    repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS) -> list[Cluster]:
-    """Shrink each cluster's cheapest member and classify the result, in place."""
-    for cluster in clusters:
+                    repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS,
+                    max_clusters: int | None = None, commit: str | None = None) -> list[Cluster]:
+    """Shrink each cluster's cheapest member and classify the result, in place; each gets the
+    reproducer of its smallest config (at `commit` when the sweep tested one). Only the first
+    `max_clusters` (the largest) are shrunk and classified when given, so a sweep with many
+    clusters costs a bounded number of runs."""
+    for i, cluster in enumerate(clusters):
         start = cluster.example().config
-        if shrink_configs:
+        work = max_clusters is None or i < max_clusters
+        if shrink_configs and work:
             shrunk = shrink(start, runner, cluster.signature, max_runs=max_runs, max_seconds=max_seconds)
             cluster.minimal_config, cluster.shrink_runs = shrunk.minimal_config, shrunk.runs
-        if classify_configs:
+        if classify_configs and work:
             cluster.classification = classify(cluster.minimal_config or start.to_dict(), runner, cluster.signature,
                                               repeats=repeats, seeds=seeds)
+        smallest = parse_config(cluster.minimal_config) if cluster.minimal_config is not None else start
+        line = reproducer_command(smallest, runner.backend_name, runner.gates(smallest), runner.defects)
+        cluster.reproducer = at_commit(line, commit) if commit else line
     return clusters
 
 
 def triage_sweep(session: Session, sweep_id: int, backend: str | None = None, *, shrink_configs: bool = True,
                  classify_configs: bool = True, max_runs: int = DEFAULT_MAX_RUNS,
                  max_seconds: float = DEFAULT_MAX_SECONDS, time_limit_s: float | None = 30.0,
-                 repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS) -> list[Cluster]:
+                 repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS,
+                 max_clusters: int | None = None) -> list[Cluster]:
     """The clusters of a stored sweep's failures, largest first, each explained and (by default)
     with a shrunk reproducer and its classification. Raises SweepNotFound."""
     runner = sweep_runner(session, sweep_id, backend, time_limit_s=time_limit_s)
     clusters = cluster_results(sweep_rows(session, sweep_id))
+    commit = session.get(Sweep, sweep_id).commit_sha
     try:
         return triage_clusters(clusters, runner, shrink_configs=shrink_configs, classify_configs=classify_configs,
-                               max_runs=max_runs, max_seconds=max_seconds, repeats=repeats, seeds=seeds)
+                               max_runs=max_runs, max_seconds=max_seconds, repeats=repeats, seeds=seeds,
+                               max_clusters=max_clusters, commit=commit)
     finally:
         runner.close()
 

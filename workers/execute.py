@@ -24,7 +24,6 @@ from collections import Counter
 from typing import Any, Callable, Sequence
 
 from attnconfig import parse_config
-from ci.notify import sweep_ended
 from settings import Settings
 from kernels.source import KernelSource
 from store import repo
@@ -32,6 +31,7 @@ from store.db import session_scope
 from sweeps.policy import gates_for
 from sweeps.result import ConfigResult, at_commit, unrun_result
 from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
+from workers.triage import sweep_ended
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,13 @@ def execute_batch(
     err_ratio_gate: float | None = None,
     worker: str | None = None,
     exit_process: Callable[[int], None] = os._exit,
+    celery: Any = None,
 ) -> dict[str, int]:
     """Run the queued configs among `items` ([config_hash, config dict] pairs) and record each.
 
-    Returns counts of outcomes, plus "skipped" for configs already recorded or cancelled.
+    Returns counts of outcomes, plus "skipped" for configs already recorded or cancelled. The
+    call that ends the sweep publishes its triage task with `celery` (the task's app; without
+    one the reconciler publishes it).
     """
     url = settings.database_url
     defects = frozenset(defects)
@@ -108,7 +111,7 @@ def execute_batch(
             log.error("sweep %s config %s: stuck past the time limit; recording timeout and restarting", sweep_id, h)
             if commit:
                 result.reproducer = at_commit(result.reproducer, commit)
-            _record(url, sweep_id, h, result, worker)
+            _record(settings, sweep_id, h, result, worker, celery)
             exit_process(WATCHDOG_EXIT)
 
         gates = gates_for(config, err_ratio_gate=err_ratio_gate)
@@ -123,7 +126,7 @@ def execute_batch(
             result = executor.run(config, gates, record_and_exit)
         if commit:
             result.reproducer = at_commit(result.reproducer, commit)
-        _record(url, sweep_id, config_hash, result, worker)
+        _record(settings, sweep_id, config_hash, result, worker, celery)
         counts[result.outcome] += 1
         if result.poisons_process:
             # Nothing may touch this context again: Celery replaces the process and delivers
@@ -136,15 +139,17 @@ def execute_batch(
         with session_scope(url) as s:
             ended = repo.finish_if_complete(s, sweep_id)
         if ended:
-            sweep_ended(sweep_id, url)
+            sweep_ended(settings, sweep_id, celery)
     return dict(counts)
 
 
-def _record(url: str, sweep_id: int, config_hash: str, result: ConfigResult, worker: str | None) -> None:
+def _record(settings: Settings, sweep_id: int, config_hash: str, result: ConfigResult, worker: str | None,
+            celery: Any) -> None:
+    url = settings.database_url
     with session_scope(url) as s:
         repo.record_result(s, sweep_id, config_hash, result.to_row(), worker=worker)
     # After the commit above, in its own transaction: see repo.finish_if_complete.
     with session_scope(url) as s:
         ended = repo.finish_if_complete(s, sweep_id)
     if ended:
-        sweep_ended(sweep_id, url)
+        sweep_ended(settings, sweep_id, celery)

@@ -113,8 +113,10 @@ class Heartbeat:
             repo.heartbeat(s, self.row["name"], stopped=True)
 
 
-def record_unfinished(settings: Settings, sweep_id: int, items: Sequence[Sequence[Any]], detail: str) -> int:
-    """Record `timeout` for the configs of a killed batch that are still queued; returns how many."""
+def record_unfinished(settings: Settings, sweep_id: int, items: Sequence[Sequence[Any]], detail: str,
+                      celery: Any = None) -> int:
+    """Record `timeout` for the configs of a killed batch that are still queued; returns how many.
+    Ending the sweep publishes its triage task with `celery` (workers.triage.sweep_ended)."""
     with unpooled_session(settings.database_url) as s:
         pending = repo.pending_hashes(s, sweep_id, [h for h, _ in items])
         for h in pending:
@@ -122,9 +124,9 @@ def record_unfinished(settings: Settings, sweep_id: int, items: Sequence[Sequenc
     with unpooled_session(settings.database_url) as s:
         ended = repo.finish_if_complete(s, sweep_id)
     if ended:
-        from ci.notify import sweep_ended
+        from workers.triage import sweep_ended
 
-        sweep_ended(sweep_id, settings.database_url)
+        sweep_ended(settings, sweep_id, celery)
     return len(pending)
 
 

@@ -1,4 +1,5 @@
-"""The Celery task: a thin wrapper that hands a batch of configs to workers.execute.
+"""The Celery tasks: thin wrappers that hand a batch of configs to workers.execute, and a
+finished sweep to workers.triage.
 
 A batch that cannot reach the database is retried with backoff, never acknowledged as done:
 the task is published again (same arguments, queue and priority) with a countdown of 2, 4, 8 ...
@@ -14,7 +15,7 @@ from typing import Any
 from celery import Task, shared_task
 from celery.exceptions import TimeLimitExceeded
 
-from workers.app import TASK_RUN_CONFIGS
+from workers.app import TASK_RUN_CONFIGS, TASK_TRIAGE
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class ConfigBatchTask(Task):
         from workers.registry import record_unfinished
 
         sweep_id, items = list(args)[:2] if len(args) >= 2 else (kwargs["sweep_id"], kwargs["items"])
-        record_unfinished(self.settings, sweep_id, items, f"the task's hard time limit killed it: {exc}")
+        record_unfinished(self.settings, sweep_id, items, f"the task's hard time limit killed it: {exc}", celery=self.app)
 
 
 @shared_task(name=TASK_RUN_CONFIGS, bind=True, base=ConfigBatchTask)
@@ -64,11 +65,41 @@ def run_configs(self: ConfigBatchTask, sweep_id: int, items: list, backend: str,
 
     try:
         return execute_batch(self.settings, sweep_id, items, backend, defects or (), err_ratio_gate,
-                             worker=self.request.hostname)
+                             worker=self.request.hostname, celery=self.app)
     except Exception as exc:
         if not is_unreachable(exc):
             raise
         countdown = db_retry_countdown(self.request.retries)
         log.warning("sweep %s: the database cannot be reached (%s); batch of %d configs retried in %.0f s (try %d)",
                     sweep_id, type(exc).__name__, len(items), countdown, self.request.retries + 1)
+        raise self.retry(exc=exc, countdown=countdown) from None
+
+
+class TriageTask(ConfigBatchTask):
+    """Acknowledged late like a batch: a triage delivered again after its worker died claims the
+    sweep's triage once the first claim is stale (store.clusters.claim_triage), and one already
+    done computes nothing. Its hard time limit (settings.triage_time_limit_s, sent with the task)
+    stores the triage failed, never the sweep."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        from workers.triage import record_failure
+
+        sweep_id = list(args)[0] if args else kwargs["sweep_id"]
+        record_failure(self.settings.database_url, sweep_id, f"{type(exc).__name__}: {exc}")
+
+
+@shared_task(name=TASK_TRIAGE, bind=True, base=TriageTask)
+def triage_sweep(self: TriageTask, sweep_id: int) -> str:
+    """Cluster, shrink and classify the failures of finished sweep `sweep_id`; store the clusters."""
+    from store.db import is_unreachable
+    from workers.triage import run_triage
+
+    try:
+        return run_triage(self.settings.database_url, sweep_id, self.settings)
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+        countdown = db_retry_countdown(self.request.retries)
+        log.warning("triage of sweep %s: the database cannot be reached (%s); retried in %.0f s",
+                    sweep_id, type(exc).__name__, countdown)
         raise self.retry(exc=exc, countdown=countdown) from None

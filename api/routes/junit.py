@@ -7,7 +7,7 @@ from sqlalchemy import select
 from api.deps import SweepId, SessionDep, sweep_or_404
 from api.schemas.common import Message
 from ci import junit
-from ci.status import base_sweep, failing_hashes
+from ci.status import base_sweep, failing_hashes, junit_bugs
 from store.models import ConfigRun
 
 router = APIRouter(tags=["ci"])
@@ -17,11 +17,15 @@ router = APIRouter(tags=["ci"])
             responses={200: {"content": {"application/xml": {}}}, 404: {"model": Message}})
 def read_sweep_junit(sweep_id: SweepId, session: SessionDep) -> Response:
     """One test case per config; failures and errors carry their metrics, gates and reproducer.
-    In a pull request's report, failures already known on the base branch say so."""
+    In a pull request's report, failures already known on the base branch say so. Once the
+    sweep is triaged, failures are reported by bug (properties attnsweep.summary and
+    attnsweep.bug.N; each failure's message names its bug)."""
     sweep = sweep_or_404(session, sweep_id)
     base = base_sweep(session, sweep)
     known = failing_hashes(session, base.id) if base is not None else set()
     runs = session.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id).order_by(ConfigRun.seq)
                            .execution_options(yield_per=1000))
-    body = junit.render(sweep, runs, known=known, base_sweep_id=base.id if base is not None else None)
+    bugs, summary = junit_bugs(session, sweep)
+    body = junit.render(sweep, runs, known=known, base_sweep_id=base.id if base is not None else None, bugs=bugs,
+                        summary=summary)
     return Response(body, media_type="application/xml")

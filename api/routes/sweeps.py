@@ -7,7 +7,8 @@ from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 
 from api.convert import config_run_public, sweep_public
 from api.deps import SweepId, Offset, CeleryDep, SessionDep, sweep_or_404, SettingsDep, TelemetryDep, WriteAccess
-from api.schemas.common import Message, Problems
+from api.schemas.clusters import ClustersPublic
+from api.schemas.common import Message, Problems, jsonable
 from api.schemas.sweeps import (
     ConfigRunsPublic,
     SweepAccepted,
@@ -21,6 +22,7 @@ from api.submission import submit_sweep
 from attnconfig import parse_config
 from attnconfig.outcomes import OUTCOMES
 from store import queries, repo
+from store.clusters import clusters_report
 from store.models import Sweep
 from store.queries import Match, ResultFilter
 from sweeps.spec import SweepSpec
@@ -101,6 +103,15 @@ def read_sweep_results(sweep_id: SweepId, session: SessionDep,
     page = queries.sweep_results(session, sweep_id, ResultFilter(matches=matches), offset=offset, limit=limit)
     return ConfigRunsPublic(data=[config_run_public(r, label) for r, label in page.rows], count=page.count,
                             has_more=page.has_more)
+
+
+@router.get("/{sweep_id}/clusters", response_model=ClustersPublic, responses=NOT_FOUND)
+def read_sweep_clusters(sweep_id: SweepId, session: SessionDep) -> ClustersPublic:
+    """The sweep's failures grouped by bug: per cluster its size, explanation, minimal reproducer,
+    classification and first bad commit. Workers compute them after the sweep ends; until then
+    `status` is pending (or running)."""
+    sweep_or_404(session, sweep_id)
+    return ClustersPublic.model_validate(jsonable(clusters_report(session, sweep_id)))
 
 
 @router.post("/{sweep_id}/cancel", response_model=SweepPublic, responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS})

@@ -71,6 +71,13 @@ class CiStatus(BaseModel):
     new_failures: list[CiFailure]
     known_failures: list[CiFailure]
     junit_url: str
+    triage: Literal["none", "pending", "running", "done", "failed"] = Field(
+        description="the state of the sweep's triage (GET /sweeps/{id}/clusters)")
+    bugs: int | None = Field(description="clusters of failures (one per bug) once triaged; null before")
+    new_bugs: int | None = Field(description="bugs with at least one new failure (every bug of a push); null before "
+                                             "the triage")
+    summary: str | None = Field(description="the failures in words: '2 new bugs in 119 failing configs' once triaged, "
+                                            "'119 failing' before; null until the sweep ends")
 
 
 class CiCommit(BaseModel):

@@ -62,11 +62,12 @@ def test_statuses_posted_when_a_ci_sweep_starts_and_ends(service, forge, tmp_pat
             sweep_id = started.json()["sweep_id"]
             assert len(forge.requests) == 1  # posted before the webhook answered
             verdict = _wait_verdict(c, sha, worker)
-            wait_for(lambda: len(forge.requests) >= 2, 30, "the final status")
+            wait_for(lambda: len(forge.requests) >= 3, 120, "the final status and the one after the triage")
+            triaged = c.get(f"/ci/{sha}").json()
     finally:
         stop_worker(worker)
 
-    first, last = forge.requests
+    first, last, bugs = forge.requests
     for req in (first, last):
         assert req["path"] == f"/repos/{REPO}/statuses/{sha}"
         assert req["headers"]["Authorization"] == f"Bearer {TOKEN}"
@@ -77,7 +78,11 @@ def test_statuses_posted_when_a_ci_sweep_starts_and_ends(service, forge, tmp_pat
     assert verdict["verdict"] == "fail" and verdict["failures"] > 0
     assert last["body"]["state"] == "failure"
     assert last["body"]["description"] == f"12 configs: {verdict['failures']} failing"
-    assert len(forge.requests) == 2  # a status at the start and one at the end, nothing per config
+    # Once the worker stored the sweep's clusters, the failures are counted by bug.
+    assert triaged["triage"] == "done" and triaged["bugs"] == 1 and bugs["body"]["state"] == "failure"
+    failing = f"{verdict['failures']} failing config" + ("s" if verdict["failures"] != 1 else "")
+    assert bugs["body"]["description"] == f"12 configs: 1 bug in {failing}" == f"12 configs: {triaged['summary']}"
+    assert len(forge.requests) == 3  # at the start, at the end, after the triage; nothing per config
 
 
 def test_no_status_without_a_token(service, worker, forge, tmp_path):

@@ -1,6 +1,6 @@
-// One sweep: its counts as charts, a failure-rate heatmap over two chosen fields, and the failure
-// table. Everything is read from the public endpoints; the URL keeps the filters, sort and axes,
-// so a view can be shared as a link.
+// One sweep: its counts as charts, a failure-rate heatmap over two chosen fields, its failures as
+// bugs (the clusters its triage stored) and the failure table. Everything is read from the
+// public endpoints; the URL keeps the filters, sort and axes, so a view can be shared as a link.
 "use strict";
 
 const PAGE = 50;
@@ -98,6 +98,7 @@ async function loadSweep() {
     return;
   }
   renderSweep(sweep);
+  loadClusters();
   if (sweep.configs_done !== shownDone) {
     shownDone = sweep.configs_done;
     loadHeatmap();
@@ -105,6 +106,68 @@ async function loadSweep() {
   }
   // Progress refreshes while the sweep runs; the charts, heatmap and table follow new results.
   if (ACTIVE.has(sweep.status)) pollTimer = setTimeout(loadSweep, 2000);
+}
+
+// --- clusters (the sweep's triage) ------------------------------------------------------------
+let clustersTimer = null;
+let clustersShown = null;  // the status last drawn: a finished triage is drawn once
+
+const TRIAGE_TEXT = {
+  pending: "triage pending: the failures are clustered, shrunk and classified once the sweep ends",
+  running: "triage running on a worker",
+  none: "no triage for this sweep",
+};
+
+function signatureLabel(s) { return `${s.outcome}/${s.gate || "-"}/${s.family}`; }
+
+function clusterCard(c, i) {
+  const kind = c.classification ? c.classification.kind : null;
+  const smallest = c.minimal_config || c.example_config;
+  const copy = copyButton({ id: `cluster-${i + 1}`, reproducer: c.reproducer });
+  copy.classList.add("copy-cluster");
+  return el("article", { class: "cluster", "data-cluster": i + 1 },
+    el("h3", {}, el("b", { class: "cluster-size" }, `${c.size} failing`), " ", badge(c.signature.outcome), " ",
+      el("code", {}, signatureLabel(c.signature))),
+    el("p", { class: "explanation" }, c.explanation.summary),
+    el("dl", { class: "cluster-facts" },
+      el("dt", {}, "classification"), el("dd", { class: "classification" }, kind || "–"),
+      el("dt", {}, "first bad commit"), el("dd", { class: "first-bad" }, c.first_bad_commit ? el("code", {}, c.first_bad_commit) : "–"),
+      el("dt", {}, c.minimal_config ? "minimal config" : "smallest member"),
+      el("dd", {}, el("code", { class: "minimal-config" }, JSON.stringify(smallest)))),
+    c.reproducer ? el("div", { class: "cluster-reproducer" }, copy, el("pre", { class: "reproducer" }, c.reproducer)) : null);
+}
+
+async function loadClusters() {
+  clearTimeout(clustersTimer);
+  if (clustersShown === "done" || clustersShown === "failed" || (clustersShown === "none" && !ACTIVE.has(sweep.status))) return;
+  let report;
+  try {
+    report = await api(`${base}/clusters`);
+  } catch (err) {
+    showProblems(err);
+    return;
+  }
+  const stateLine = document.getElementById("triage-state");
+  const box = document.getElementById("clusters");
+  const summary = document.getElementById("clusters-summary");
+  document.getElementById("clusters-panel").dataset.status = report.status;
+  if (report.status === "done") {
+    const failing = report.clusters.reduce((n, c) => n + c.size, 0);
+    const bugs = report.clusters.length;
+    summary.textContent = bugs ? `${bugs} bug${bugs === 1 ? "" : "s"} in ${failing} failing configs` : "no failures";
+    stateLine.textContent = "";
+    stateLine.hidden = true;
+    box.replaceChildren(...report.clusters.map(clusterCard));
+  } else {
+    summary.textContent = "";
+    stateLine.hidden = false;
+    stateLine.textContent = report.status === "failed" ? `triage failed: ${report.error || "no reason stored"}`
+      : TRIAGE_TEXT[report.status];
+    box.replaceChildren();
+  }
+  clustersShown = report.status;
+  // A triage follows the sweep's end on a worker: keep asking while it is pending or running.
+  if (report.status === "pending" || report.status === "running") clustersTimer = setTimeout(loadClusters, 3000);
 }
 
 // --- heatmap ---------------------------------------------------------------------------------

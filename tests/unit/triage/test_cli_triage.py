@@ -6,7 +6,7 @@ import json
 from typer.testing import CliRunner
 
 from cli.main import app
-from tests.unit.triage.sweeps import defect_sweep
+from tests.unit.triage.sweeps import RANGES, defect_sweep
 
 runner = CliRunner()
 BIG = dict(dtype="bf16", g=3, seq_len_q=7, seq_len_k=250, num_heads_q=4, num_heads_kv=2, head_dim_qk=40,
@@ -55,3 +55,27 @@ def test_bisect_json(tmp_path):
     assert got.exit_code == 0, got.output
     out = json.loads(got.stdout)
     assert out["first_bad"] == shas[DEFECT] and out["skipped"] == [] and out["steps"] <= 7
+
+
+def test_run_prints_the_bugs_and_triage_shows_them_as_stored(sqlite_url, tmp_path):
+    from store import clusters as stored
+    from store.db import session_scope
+
+    ranges = [f"{k}={lo}:{hi}" for k, (lo, hi) in RANGES.items()]
+    args = ["run", "--db", sqlite_url, "--backend", "cpu", "--samples", "60", "--seed", "5", "--dtypes", "f16,bf16,f32,i8",
+            "--defect", "causal_off_by_one", *sum((["--range", r] for r in ranges), [])]
+    got = runner.invoke(app, args)
+    assert got.exit_code == 1, got.output   # failing outcomes
+    lines = got.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if " failing configs" in line)
+    assert lines[head].startswith("1 bug in ")
+    assert lines[head + 1].startswith("  1. ") and "causal=true (deterministic); reproducer: attnsweep verify" in lines[head + 1]
+    with session_scope(sqlite_url) as s:
+        sweep_id = max(c.sweep_id for c in s.query(stored.Cluster))
+        ids = [c.id for c in stored.stored_clusters(s, sweep_id)]
+    shown = runner.invoke(app, ["triage", str(sweep_id), "--db", sqlite_url, "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["status"] == "done"
+    with session_scope(sqlite_url) as s:
+        assert [c.id for c in stored.stored_clusters(s, sweep_id)] == ids   # shown, not recomputed
+    skipped = runner.invoke(app, [*args, "--no-triage"])
+    assert " failing configs" not in skipped.stdout and "triage" not in skipped.output

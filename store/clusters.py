@@ -1,0 +1,151 @@
+"""A sweep's triage in the store: its state (pending, running, done, failed) and its clusters.
+
+A finished service sweep is owed a triage: repo.finish_if_complete writes its `pending` row in
+the transaction that ends the sweep, and a worker claims it (`claim_triage`), computes the
+clusters and stores them (`store_clusters`) or the reason it could not (`fail_triage`). The
+clusters of a sweep are replaced as a whole, in one transaction, so a triage that runs twice
+(a task delivered again, `attnsweep triage --recompute`) leaves one set of clusters, never two.
+
+Status of a sweep without a row: `pending` while the sweep is queued or running (its triage
+follows its end), `none` once it ended (an embedded run with --no-triage, a failed or cancelled
+sweep, a sweep stored before revision 0006).
+
+This module stores what triage (triage.cluster.Cluster.to_dict) computed; it imports nothing of
+triage/, which sits above the store.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from store.models import Cluster, Sweep, SweepTriage
+from store.repo import ACTIVE_STATUSES, now
+
+STATUSES = ("none", "pending", "running", "done", "failed")
+MAX_ERROR = 2000  # characters of a failed triage's reason kept
+
+
+def request_triage(session: Session, sweep_id: int) -> bool:
+    """A `pending` row for the sweep unless it has one; True when written."""
+    if session.get(SweepTriage, sweep_id) is not None:
+        return False
+    session.add(SweepTriage(sweep_id=sweep_id, status="pending"))
+    session.flush()
+    return True
+
+
+def triage_row(session: Session, sweep_id: int) -> SweepTriage | None:
+    return session.get(SweepTriage, sweep_id)
+
+
+def triage_status(session: Session, sweep_id: int) -> str:
+    """One of STATUSES (see the module docstring for a sweep without a row)."""
+    row = session.get(SweepTriage, sweep_id)
+    if row is not None:
+        return row.status
+    status = session.scalar(select(Sweep.status).where(Sweep.id == sweep_id))
+    return "pending" if status in ACTIVE_STATUSES else "none"
+
+
+def claim_triage(session: Session, sweep_id: int, *, stale_after_s: float, force: bool = False) -> bool:
+    """Take the sweep's triage: pending (or no row) -> running. A `running` row older than
+    `stale_after_s` is taken again (its worker died: the task's hard limit ended it or the
+    process was killed); a `done` or `failed` one only with `force`. True when taken: the
+    caller then stores clusters or a failure."""
+    row = session.get(SweepTriage, sweep_id, with_for_update=True)
+    if row is None:
+        session.add(SweepTriage(sweep_id=sweep_id, status="running", started_at=now()))
+        session.flush()
+        return True
+    stale = row.status == "running" and (row.started_at is None or _aware(row.started_at) < now() - timedelta(seconds=stale_after_s))
+    if row.status == "pending" or stale or force:
+        row.status, row.started_at, row.finished_at, row.error = "running", now(), None, None
+        session.flush()
+        return True
+    return False
+
+
+def _signature_label(signature: Any) -> str:
+    if isinstance(signature, str):
+        return signature
+    return f"{signature['outcome']}/{signature.get('gate') or '-'}/{signature['family']}"
+
+
+def _signature_dict(label: str) -> dict[str, str | None]:
+    outcome, gate, family = label.split("/", 2)
+    return {"outcome": outcome, "gate": None if gate == "-" else gate, "family": family}
+
+
+def store_clusters(session: Session, sweep_id: int, clusters: Sequence[Mapping[str, Any]]) -> None:
+    """Replace the sweep's clusters with these (Cluster.to_dict() dicts, largest first) and mark
+    its triage done."""
+    session.execute(delete(Cluster).where(Cluster.sweep_id == sweep_id))
+    runs = 0
+    for rank, c in enumerate(clusters):
+        detail = c.get("classification")
+        runs += c.get("runs") or 0
+        session.add(Cluster(
+            sweep_id=sweep_id, rank=rank, signature=_signature_label(c["signature"]), size=c["size"],
+            signatures=dict(c.get("signatures") or {}), explanation=dict(c["explanation"]),
+            config_hashes=list(c.get("config_hashes") or []), example_config=dict(c["example_config"]),
+            minimal_config=c.get("minimal_config"), reproducer=c.get("reproducer"),
+            classification=detail.get("kind") if detail else None, classification_detail=detail,
+            first_bad_commit=c.get("first_bad_commit"), runs=c.get("runs")))
+    _finish(session, sweep_id, "done", runs=runs)
+
+
+def fail_triage(session: Session, sweep_id: int, reason: str) -> None:
+    """The triage could not be computed: `failed` with the reason (the sweep itself is unchanged)."""
+    _finish(session, sweep_id, "failed", error=reason[:MAX_ERROR])
+
+
+def _finish(session: Session, sweep_id: int, status: str, *, runs: int | None = None, error: str | None = None) -> None:
+    row = session.get(SweepTriage, sweep_id)
+    if row is None:
+        row = SweepTriage(sweep_id=sweep_id)
+        session.add(row)
+    row.status, row.error, row.runs, row.finished_at = status, error, runs, now()
+    session.flush()
+
+
+def mark_enqueued(session: Session, sweep_id: int) -> None:
+    session.execute(update(SweepTriage).where(SweepTriage.sweep_id == sweep_id).values(enqueued_at=now()))
+
+
+def unpublished(session: Session) -> list[int]:
+    """Sweeps whose triage is pending and whose task was not published yet (the reconciler's)."""
+    return list(session.scalars(select(SweepTriage.sweep_id).where(SweepTriage.status == "pending",
+                                                                   SweepTriage.enqueued_at.is_(None))
+                                .order_by(SweepTriage.sweep_id)))
+
+
+def stored_clusters(session: Session, sweep_id: int) -> list[Cluster]:
+    """The sweep's clusters, largest first."""
+    return list(session.scalars(select(Cluster).where(Cluster.sweep_id == sweep_id).order_by(Cluster.rank)))
+
+
+def cluster_public(c: Cluster) -> dict[str, Any]:
+    """A stored cluster with the keys of triage's JSON (`attnsweep triage --json`)."""
+    return {
+        "size": c.size, "signature": _signature_dict(c.signature), "signatures": c.signatures,
+        "explanation": c.explanation, "example_config": c.example_config, "minimal_config": c.minimal_config,
+        "reproducer": c.reproducer, "classification": c.classification_detail, "first_bad_commit": c.first_bad_commit,
+        "runs": c.runs, "config_hashes": c.config_hashes,
+    }
+
+
+def clusters_report(session: Session, sweep_id: int) -> dict[str, Any]:
+    """{"status", "error", "clusters"}: what GET /sweeps/{id}/clusters answers."""
+    row = session.get(SweepTriage, sweep_id)
+    status = triage_status(session, sweep_id)
+    clusters = [cluster_public(c) for c in stored_clusters(session, sweep_id)] if status == "done" else []
+    return {"status": status, "error": row.error if row is not None else None, "clusters": clusters}
+
+
+def _aware(t: datetime) -> datetime:
+    from datetime import timezone
+
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)

@@ -1,0 +1,29 @@
+"""GET /sweeps/{id}/clusters: pending while the sweep runs, the stored clusters once triaged, 404 unknown."""
+from __future__ import annotations
+
+from submit.sweep import run_sweep
+from sweeps.spec import SweepSpec
+from tests.unit.api.conftest import BASE
+from tests.unit.triage.sweeps import RANGES
+
+
+def test_clusters_of_a_triaged_sweep(client, settings):
+    sweep_id = run_sweep(settings.database_url, SweepSpec(samples=60, seed=5, backend="cpu", ranges=RANGES),
+                         backend="cpu", device_total_memory=None, device=None,
+                         defects=frozenset({"causal_off_by_one"}), triage=True)
+    got = client.get(f"/sweeps/{sweep_id}/clusters")
+    assert got.status_code == 200, got.text
+    body = got.json()
+    assert body["status"] == "done" and body["error"] is None and len(body["clusters"]) == 1
+    c = body["clusters"][0]
+    assert c["explanation"]["conditions"] == ["causal=true"] and c["classification"]["kind"] == "deterministic"
+    assert c["minimal_config"]["causal"] is True and c["reproducer"].startswith("attnsweep verify")
+    assert c["first_bad_commit"] is None and c["size"] == len(c["config_hashes"])
+
+
+def test_clusters_of_a_queued_sweep_are_pending_and_an_unknown_sweep_is_404(client):
+    accepted = client.post("/sweeps", json={"configs": [BASE], "backend": "cpu"})
+    assert accepted.status_code == 202, accepted.text
+    got = client.get(f"/sweeps/{accepted.json()['id']}/clusters")
+    assert got.status_code == 200 and got.json() == {"status": "pending", "error": None, "clusters": []}
+    assert client.get("/sweeps/999999/clusters").status_code == 404

@@ -1,0 +1,116 @@
+"""A finished sweep's triage (triage/): computed by a worker, never by the API process.
+
+- Service: the transaction that ends a sweep writes its triage `pending` (repo.finish_if_complete);
+  whoever ended it then publishes one triage task to the sweep's own queue (`sweep_ended`), so a
+  GPU sweep's failures are shrunk and classified on a GPU worker, as they ran. A triage task the
+  broker did not take is published by the reconciler (workers.outbox), as configs are.
+- Embedded (`attnsweep run`): submit.sweep.run_sweep calls `run_triage` in its own process after
+  the sweep.
+
+`run_triage` claims the sweep's triage (store.clusters.claim_triage: a second delivery of the
+task, or a second call, finds it done and computes nothing), runs triage.sweep.triage_sweep
+within the settings' bounds (the largest TRIAGE_CLUSTERS clusters shrunk, each shrink bounded
+in runs and seconds, each run in seconds) and stores the clusters, replacing any earlier ones.
+Any error is stored as the triage's `failed` reason: a triage never fails the sweep.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery
+from sqlalchemy.orm import Session
+
+from settings import Settings, get_settings
+from store import clusters as stored
+from store.db import session_scope
+from store.models import Sweep
+from workers.app import TASK_TRIAGE, queue_kind
+
+log = logging.getLogger(__name__)
+
+
+def triage_bounds(settings: Settings) -> dict[str, Any]:
+    """triage_sweep's limits from the settings."""
+    return {"max_runs": settings.triage_shrink_runs, "max_seconds": settings.triage_shrink_seconds,
+            "time_limit_s": settings.triage_run_time_limit_s or None, "max_clusters": settings.triage_clusters}
+
+
+def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, backend: str | None = None,
+               force: bool = False, bounds: dict[str, Any] | None = None) -> str:
+    """Compute and store the sweep's clusters unless another call did (or does); returns the
+    triage's status afterwards (done, failed; running when another holds it; none when there
+    is no such sweep). `bounds` replace the settings' (triage_bounds' keys)."""
+    from triage.sweep import triage_sweep
+
+    settings = settings or get_settings()
+    with session_scope(url) as s:
+        if s.get(Sweep, sweep_id) is None:
+            return "none"
+        if not stored.claim_triage(s, sweep_id, stale_after_s=settings.triage_time_limit_s, force=force):
+            return stored.triage_status(s, sweep_id)
+    try:
+        with session_scope(url) as s:
+            found = [c.to_dict() for c in triage_sweep(s, sweep_id, backend, **{**triage_bounds(settings), **(bounds or {})})]
+        with session_scope(url) as s:
+            stored.store_clusters(s, sweep_id, found)
+    except BaseException as exc:
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        log.exception("triage of sweep %s failed", sweep_id)
+        record_failure(url, sweep_id, reason)
+        if not isinstance(exc, Exception):
+            raise
+        return "failed"
+    # A CI sweep's commit status again, now counting bugs (ci.verdict.failures_text).
+    from ci.notify import sweep_ended as post_final_status
+
+    post_final_status(sweep_id, url)
+    return "done"
+
+
+def record_failure(url: str, sweep_id: int, reason: str) -> None:
+    """Store the triage failed with `reason`; a database that is away too is logged, not raised."""
+    try:
+        with session_scope(url) as s:
+            stored.fail_triage(s, sweep_id, reason)
+    except Exception:  # noqa: BLE001 - the row stays running and is taken again once stale
+        log.exception("triage of sweep %s: its failure was not stored", sweep_id)
+
+
+def publish_triage(session: Session, celery: Celery, settings: Settings, sweep_id: int) -> bool:
+    """Publish the triage task of a sweep to its backend's queue and mark it published (the
+    caller commits). False when the broker did not take it (the reconciler tries again)."""
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        return False
+    queue = settings.queue_name(queue_kind(sweep.backend))
+    try:
+        celery.send_task(TASK_TRIAGE, args=(sweep_id,), queue=queue, time_limit=settings.triage_time_limit_s,
+                         argsrepr=f"(sweep={sweep_id})", kwargsrepr="{}")
+    except Exception as exc:  # noqa: BLE001 - kombu raises its own and the transport's errors
+        log.warning("triage of sweep %s not published (%s); the reconciler publishes it", sweep_id, exc)
+        return False
+    stored.mark_enqueued(session, sweep_id)
+    return True
+
+
+def publish_pending(session: Session, celery: Celery, settings: Settings) -> int:
+    """Publish every pending triage not published yet; returns how many were."""
+    done = sum(publish_triage(session, celery, settings, sid) for sid in stored.unpublished(session))
+    session.commit()
+    return done
+
+
+def sweep_ended(settings: Settings, sweep_id: int, celery: Celery | None) -> None:
+    """Called by whoever moved a service sweep to done, after that commit: the commit status
+    (ci.notify) and the triage task. Without a Celery app at hand the reconciler publishes it."""
+    from ci.notify import sweep_ended as post_final_status
+
+    post_final_status(sweep_id, settings.database_url)
+    if celery is None:
+        return
+    try:
+        with session_scope(settings.database_url) as s:
+            publish_triage(s, celery, settings, sweep_id)
+    except Exception:  # noqa: BLE001 - the sweep is done either way; the reconciler publishes it
+        log.exception("triage of sweep %s not published", sweep_id)
