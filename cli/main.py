@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
-from cli.options import OPTION_FIELDS, SweepOptions, build_spec, defects_help, sweep_options
+from cli.options import OPTION_FIELDS, OPTION_NAMES, SweepOptions, build_spec, defects_help, sweep_options
 from cli.triage import app as triage_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
@@ -136,6 +136,8 @@ def _spec(options: SweepOptions):
 
 def _option(field: str) -> str:
     name = field.split(".", 1)[0]  # dtypes.0: the first entry of --dtypes
+    if name in OPTION_NAMES:
+        return OPTION_NAMES[name]  # data_regimes.sink: --regimes (the rule names the regime)
     return "--" + name.replace("_", "-") if name in OPTION_FIELDS else field
 
 
@@ -247,7 +249,7 @@ def _junit(url: str, sweep_id: int) -> bytes:
 
 
 @app.command()
-@sweep_options(label=False, defects=False)
+@sweep_options(label=False, defects=False, prior=False)
 def sample(
     options: SweepOptions,
     as_json: bool = typer.Option(False, "--json", help="print {configs, filtered, draws} as one JSON object"),
