@@ -2,19 +2,25 @@
 reads results, so a stored sweep's report is the report of the same results in memory.
 
 A finished row counts with its config, outcome, facts (the run's fact_* values), variant and
-block_n; queued and cancelled rows did not run and count nowhere. The prior of a
+block_n; queued and cancelled rows did not run and count nowhere.
+
+A sweep's cell space is its own: the regimes its request drew (`data_regimes`) and the paths
+its backend can take (the mma path only on cuda, where the kernels pick it), each with any
+its rows reached besides, so a sweep of two regimes is not reported as never reaching the
+other four. The prior of a
 coverage-guided sweep (`coverage_prior_sweeps`) is the cell counts of the newest finished
 sweeps, newest first by id.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from store.models import ConfigRun, Sweep
-from sweeps.coverage import RARE, CellCounts, count_cells, coverage_report
+from attnconfig.regimes import DEFAULT_REGIME, REGIMES
+from sweeps.coverage import PATHS, RARE, CellCounts, count_cells, coverage_report
 from sweeps.spec import MAX_PRIOR_SWEEPS
 
 
@@ -28,13 +34,37 @@ def _rows(session: Session, sweep_ids: Sequence[int]) -> Iterator[tuple[Any, ...
 
 
 def _mma(session: Session, sweep_id: int) -> bool:
-    """Rows without a variant count on the path a cuda device would pick for a cuda sweep."""
-    return session.scalar(select(Sweep.backend).where(Sweep.id == sweep_id)) == "cuda"
+    """Whether the sweep ran (or asked for) cuda: rows without a variant then count on the path
+    a device with tensor cores picks."""
+    requested = session.scalar(select(Sweep.backend).where(Sweep.id == sweep_id))
+    ran = session.scalars(select(ConfigRun.backend).where(ConfigRun.sweep_id == sweep_id,
+                                                          ConfigRun.backend.is_not(None)).distinct())
+    return "cuda" in {requested, *ran}
+
+
+def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
+    wanted = set(names)
+    return [n for n in order if n in wanted] + sorted(wanted - set(order))
+
+
+def sweep_scope(session: Session, sweep_id: int, counts: CellCounts, mma: bool) -> tuple[list[str], list[str]]:
+    """(paths, regimes) of a sweep's cell space (the module docstring)."""
+    request = session.scalar(select(Sweep.request).where(Sweep.id == sweep_id)) or {}
+    reached_paths = {cell[0] for cell in counts.configs}
+    reached_regimes = {cell[1] for cell in counts.configs}
+    paths = _ordered({*(PATHS if mma else (p for p in PATHS if p != "mma")), *reached_paths}, PATHS)
+    regimes = _ordered({*(request.get("data_regimes") or ()), *reached_regimes} or {DEFAULT_REGIME}, REGIMES)
+    return paths, regimes
 
 
 def sweep_coverage(session: Session, sweep_id: int, *, rare: int = RARE) -> dict[str, Any]:
-    """sweeps.coverage.coverage_report of a stored sweep's finished rows."""
-    return coverage_report(_rows(session, [sweep_id]), rare=rare, mma=_mma(session, sweep_id))
+    """sweeps.coverage.coverage_report of a stored sweep's finished rows over the sweep's cell
+    space (sweep_scope), with that space's `paths` and `regimes`."""
+    mma = _mma(session, sweep_id)
+    counts = count_cells(_rows(session, [sweep_id]), mma=mma)
+    paths, regimes = sweep_scope(session, sweep_id, counts, mma)
+    report = coverage_report((), paths=paths, regimes=regimes, rare=rare, prior=counts, mma=mma)
+    return {"paths": paths, "regimes": regimes, **report}
 
 
 def prior_sweep_ids(session: Session, n: int, *, before: int | None = None) -> list[int]:

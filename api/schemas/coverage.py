@@ -38,6 +38,8 @@ class OutsideCell(BaseModel):
 
 class CoverageReport(BaseModel):
     sweep_id: int
+    paths: list[str] = Field(description="the kernel paths of the sweep's cell space (mma only where cuda ran)")
+    regimes: list[str] = Field(description="the data regimes of the sweep's cell space (those it drew)")
     cell: str = Field(description="what a cell is: (path, regime, feature, value)")
     rare_below: int = Field(description="a cell with fewer configs than this (and at least one) is rare")
     cells_total: int = Field(description="cells of the space (the ones some config can reach)")
