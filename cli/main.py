@@ -343,6 +343,8 @@ def failures(
     outcome: Optional[str] = typer.Option(None, "--outcome", help="only these failing outcomes, comma-separated: fail, nan, fault, unsafe, error, timeout, oom"),
     gate: Optional[str] = typer.Option(None, "--gate", help="only failures charged to these gates, comma-separated: rms, row, lse, partials, err_ratio"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="only these dtypes, comma-separated: f16, bf16, f32, i8"),
+    regime: Optional[str] = typer.Option(None, "--regime", help="only these data regimes, comma-separated: normal, sink, "
+                                                                "outliers, large_logits, uniform, cancellation"),
     label: Optional[str] = typer.Option(None, "--label", help="only sweeps with this label"),
     limit: int = typer.Option(50, "--limit", min=1, max=1000, help="most failures to list"),
     as_json: bool = typer.Option(False, "--json", help="print {failures: [...], has_more} as one JSON object (the API's failure rows)"),
@@ -366,7 +368,8 @@ def failures(
     matches = {}
     try:
         for option, column, text, allowed in (("--outcome", "outcome", outcome, FAILING_OUTCOMES),
-                                              ("--gate", "failed_gate", gate, None), ("--dtype", "dtype", dtype, None)):
+                                              ("--gate", "failed_gate", gate, None), ("--dtype", "dtype", dtype, None),
+                                              ("--regime", "data_regime", regime, None)):
             if text is not None:
                 matches[column] = parse_str_match(option, column, text, allowed)
     except ProblemError as exc:
