@@ -1,7 +1,7 @@
 """Coverage: the data regime of each config as a column, the numeric facts of each run
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-06
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 
 revision = '0007'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 
