@@ -39,12 +39,13 @@ def sweep_public(sweep: Sweep, counts: dict[str, Any]) -> SweepPublic:
 def config_run_public(run: ConfigRun, label: str | None) -> ConfigRunPublic:
     return ConfigRunPublic(
         id=run.id, sweep_id=run.sweep_id, label=label, seq=run.seq, config_hash=run.config_hash, config=run.config,
-        state=run.state, outcome=run.outcome, failed_gate=run.failed_gate, detail=run.detail,
+        data_regime=run.data_regime, state=run.state, outcome=run.outcome, failed_gate=run.failed_gate, detail=run.detail,
         not_applicable_reason=run.not_applicable_reason, rms_threshold=run.rms_threshold,
         threshold_reason=run.threshold_reason, gates=run.gates, backend=run.backend, device=run.device,
         driver_version=run.driver_version, compiler_version=run.compiler_version, variant=run.variant,
         block_n=run.block_n, source_hash=run.source_hash,
         metrics={k: getattr(run, k) for k in METRIC_KEYS}, timings={k: getattr(run, k) for k in TIMING_FIELDS},
+        facts=run.facts,
         reproducer=run.reproducer, worker=run.worker, attempts=run.attempts, finished_at=utc(run.finished_at),
     )
 

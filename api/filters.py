@@ -15,13 +15,14 @@ from sqlalchemy import BigInteger
 
 from attnconfig.config import INT4_MAX, INT8_MAX
 from attnconfig.outcomes import FAILING_OUTCOMES, GATES, OUTCOMES
+from attnconfig.regimes import REGIMES
 from store.models import ConfigRun
 from store.queries import FIELD_KINDS, GROUPABLE, SORTABLE, Match, ResultFilter
 
 _INT_RANGE = re.compile(r"^\s*(-?[0-9]+)?\s*:\s*(-?[0-9]+)?\s*$")
 _INT = re.compile(r"^-?[0-9]+$")
 ALIASES = {"gate": "failed_gate", "sweep": "sweep_id"}
-CHOICES = {"outcome": OUTCOMES, "failed_gate": GATES, "dtype": ("f16", "bf16", "f32", "i8")}
+CHOICES = {"outcome": OUTCOMES, "failed_gate": GATES, "dtype": ("f16", "bf16", "f32", "i8"), "data_regime": REGIMES}
 NOT_FILTERS = {"label", "since", "until", "sort", "limit", "offset", "with_count", "by"}
 
 

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
-from cli.options import OPTION_FIELDS, SweepOptions, build_spec, defects_help, sweep_options
+from cli.options import OPTION_FIELDS, OPTION_NAMES, SweepOptions, build_spec, defects_help, sweep_options
 from cli.triage import app as triage_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
@@ -136,6 +136,8 @@ def _spec(options: SweepOptions):
 
 def _option(field: str) -> str:
     name = field.split(".", 1)[0]  # dtypes.0: the first entry of --dtypes
+    if name in OPTION_NAMES:
+        return OPTION_NAMES[name]  # data_regimes.sink: --regimes (the rule names the regime)
     return "--" + name.replace("_", "-") if name in OPTION_FIELDS else field
 
 
@@ -275,7 +277,7 @@ def _junit(url: str, sweep_id: int) -> bytes:
 
 
 @app.command()
-@sweep_options(label=False, defects=False)
+@sweep_options(label=False, defects=False, prior=False)
 def sample(
     options: SweepOptions,
     as_json: bool = typer.Option(False, "--json", help="print {configs, filtered, draws} as one JSON object"),
@@ -369,6 +371,8 @@ def failures(
     outcome: Optional[str] = typer.Option(None, "--outcome", help="only these failing outcomes, comma-separated: fail, nan, fault, unsafe, error, timeout, oom"),
     gate: Optional[str] = typer.Option(None, "--gate", help="only failures charged to these gates, comma-separated: rms, row, lse, partials, err_ratio"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="only these dtypes, comma-separated: f16, bf16, f32, i8"),
+    regime: Optional[str] = typer.Option(None, "--regime", help="only these data regimes, comma-separated: normal, sink, "
+                                                                "outliers, large_logits, uniform, cancellation"),
     label: Optional[str] = typer.Option(None, "--label", help="only sweeps with this label"),
     limit: int = typer.Option(50, "--limit", min=1, max=1000, help="most failures to list"),
     as_json: bool = typer.Option(False, "--json", help="print {failures: [...], has_more} as one JSON object (the API's failure rows)"),
@@ -392,7 +396,8 @@ def failures(
     matches = {}
     try:
         for option, column, text, allowed in (("--outcome", "outcome", outcome, FAILING_OUTCOMES),
-                                              ("--gate", "failed_gate", gate, None), ("--dtype", "dtype", dtype, None)):
+                                              ("--gate", "failed_gate", gate, None), ("--dtype", "dtype", dtype, None),
+                                              ("--regime", "data_regime", regime, None)):
             if text is not None:
                 matches[column] = parse_str_match(option, column, text, allowed)
     except ProblemError as exc:

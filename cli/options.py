@@ -9,11 +9,42 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from sweeps.spec import SweepSpec, parse_ranges, parse_sweep_spec
+from sweeps.spec import SweepSpec, SweepSpecError, parse_ranges, parse_sweep_spec
+
+# Request fields whose option is not the field's name with dashes (docs/spec.md §8).
+OPTION_NAMES = {"data_regimes": "--regimes", "coverage_prior_sweeps": "--coverage-prior"}
 
 
-def build_spec(*, dtypes: str, ranges: list[str], **fields: Any) -> SweepSpec:
+def parse_regimes(text: str) -> dict[str, float] | list[str]:
+    """A `--regimes` value: "normal=0.5,sink=0.1" (shares) or "normal,sink" (equal shares).
+    Names and shares are checked by the request model (sweeps.regime_mix); the form here."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise SweepSpecError([("data_regimes", f"{text!r}: name at least one regime, e.g. normal=0.5,sink=0.5 "
+                                               "or normal,sink")])
+    shared = ["=" in t for t in items]
+    if not any(shared):
+        return items
+    if not all(shared):
+        raise SweepSpecError([("data_regimes", f"{text!r}: give every regime a share (NAME=SHARE) or none "
+                                               "(equal shares)")])
+    mix: dict[str, float] = {}
+    for item in items:
+        name, _, share = (p.strip() for p in item.partition("="))
+        try:
+            value = float(share)
+        except ValueError:
+            raise SweepSpecError([("data_regimes", f"{item!r}: a share must be a number, e.g. {name}=0.1")]) from None
+        if name in mix:
+            raise SweepSpecError([("data_regimes", f"{text!r}: {name} given twice")])
+        mix[name] = value
+    return mix
+
+
+def build_spec(*, dtypes: str, ranges: list[str], regimes: str | None = None, **fields: Any) -> SweepSpec:
     names = [d.strip() for d in dtypes.split(",") if d.strip()]
+    if regimes is not None:
+        fields["data_regimes"] = parse_regimes(regimes)
     return parse_sweep_spec({"dtypes": names, "ranges": parse_ranges(ranges), **fields})
 
 
@@ -44,6 +75,13 @@ _SPEC = [
     ("reference_bytes_limit", int, typer.Option(1 << 30, "--reference-bytes-limit", help="prefilter: most bytes the host "
                                                                                           "reference may hold for a config")),
     ("range_", list[str], typer.Option([], "--range", help="override a sampled range, e.g. g=1:64 (repeatable)")),
+    ("regimes", Optional[str], typer.Option(None, "--regimes", help="input data regimes to draw and their shares, e.g. "
+                                                                    "normal=0.5,sink=0.1,outliers=0.4, or names for equal "
+                                                                    "shares (default: normal 0.5, every other 0.1)")),
+    ("coverage_guided", bool, typer.Option(False, "--coverage-guided", help="prefer draws that land in the least "
+                                                                            "covered coverage cells")),
+    ("coverage_prior_sweeps", int, typer.Option(0, "--coverage-prior", min=0, help="with --coverage-guided: the "
+                                                "newest N finished sweeps of the store count as already covered")),
 ]
 OPTION_FIELDS = tuple(name for name, _t, _o in _SPEC if name != "range_")
 
@@ -56,9 +94,10 @@ class SweepOptions:
     defects: list[str] = field(default_factory=list)
 
 
-def sweep_options(*, label: bool = True, defects: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Add the shared options to a command, which gets them as one `options: SweepOptions`."""
-    chosen = [(n, t, o) for n, t, o in _SPEC if label or n != "label"]
+def sweep_options(*, label: bool = True, defects: bool = True, prior: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add the shared options to a command, which gets them as one `options: SweepOptions`
+    (`prior`: --coverage-prior, for commands that read a store)."""
+    chosen = [(n, t, o) for n, t, o in _SPEC if (label or n != "label") and (prior or n != "coverage_prior_sweeps")]
     if defects:
         chosen.append(("defect", list[str], typer.Option([], "--defect", help=defects_help())))
 

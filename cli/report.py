@@ -1,4 +1,5 @@
-"""The sweep report (docs/spec.md §8 keys) and the closing summary tables."""
+"""The sweep report (docs/spec.md §8 keys, and `coverage`: docs/spec.md §6's coverage report) and
+the closing summary tables."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,8 +9,10 @@ from rich.table import Table
 
 from attnconfig.outcomes import OUTCOMES
 from store import repo
+from store.coverage import sweep_coverage
 from store.db import session_scope
 from store.models import Sweep
+from sweeps.coverage import coverage_summary
 
 
 def sweep_report(url: str, sweep_id: int, wall_s: float) -> dict[str, Any]:
@@ -31,6 +34,7 @@ def sweep_report(url: str, sweep_id: int, wall_s: float) -> dict[str, Any]:
             "splitkv_budget": sweep.splitkv_budget,
             "wall_s": round(wall_s, 3),
             "configs_per_s": round(counts["configs_done"] / wall_s, 3) if wall_s > 0 else None,
+            "coverage": sweep_coverage(s, sweep_id),
         }
 
 
@@ -66,4 +70,5 @@ def print_summary(console: Console, url: str, sweep_id: int, report: dict[str, A
         console.print(f"not applicable: {report['not_applicable_reasons']}", highlight=False)
     if len(report["workers"]) > 1:
         console.print("stored per worker: " + ", ".join(f"{w} {n}" for w, n in report["workers"].items()), highlight=False)
+    console.print(coverage_summary(report["coverage"]), highlight=False, soft_wrap=True)
     console.print(f"{report['configs_run']} configs in {report['wall_s']:.1f} s: {report['configs_per_s']:.2f} configs/s", highlight=False)

@@ -129,6 +129,9 @@ class ConfigRun(Base):
     return_lse: Mapped[bool] = mapped_column(Boolean)
     split_kv: Mapped[int] = mapped_column(Integer, index=True)
     data_seed: Mapped[int] = mapped_column(BigInteger)
+    # Revision 0007: the input regime (attnconfig.regimes), a column so failures filter and
+    # group by it; the config JSON leaves out the default, `normal`.
+    data_regime: Mapped[str] = mapped_column(String(16), index=True, default="normal", server_default="normal")
 
     # The result (null while queued).
     state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
@@ -169,6 +172,9 @@ class ConfigRun(Base):
     lse_nonfinite: Mapped[int | None] = mapped_column(BigInteger)
     partials_invalid_bad: Mapped[int | None] = mapped_column(BigInteger)
     partials_nonfinite: Mapped[int | None] = mapped_column(BigInteger)
+    # Revision 0007: the numeric facts of the run's inputs and reference (reference.facts,
+    # fact_* keys), what the coverage report buckets; null where the config did not run.
+    facts: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     reproducer: Mapped[str | None] = mapped_column(Text)
     worker: Mapped[str | None] = mapped_column(String(200))

@@ -27,7 +27,7 @@ BOOL_FIELDS = (
 )
 STR_FIELDS = (
     "dtype", "backend", "device", "variant", "source_hash", "threshold_reason", "failed_gate",
-    "not_applicable_reason", "outcome", "config_hash", "state",
+    "not_applicable_reason", "outcome", "config_hash", "state", "data_regime",
 )
 FIELD_KINDS: dict[str, str] = {**dict.fromkeys(INT_FIELDS, "int"), **dict.fromkeys(BOOL_FIELDS, "bool"), **dict.fromkeys(STR_FIELDS, "str")}
 GROUPABLE = tuple(f for f in FIELD_KINDS if f not in ("config_hash", "data_seed", "outcome", "state"))

@@ -45,6 +45,7 @@ def config_columns(c: AttentionConfig) -> dict[str, Any]:
         "return_lse": c.return_lse,
         "split_kv": c.split_kv,
         "data_seed": c.data_seed,
+        "data_regime": c.data_regime,
     }
 
 

@@ -29,7 +29,9 @@ from sqlalchemy.orm import Session
 from attnconfig import AttentionConfig
 from settings import Settings
 from store import repo
+from store.coverage import prior_counts
 from store.models import ConfigRun, Sweep
+from sweeps.coverage import CellCounts
 from sweeps.plan import SweepPlan, plan_sweep
 from sweeps.result import ConfigResult
 from sweeps.sampler import SamplingExhausted
@@ -116,6 +118,14 @@ def _replayed(session: Session, sweep: Sweep) -> Submission:
     return Submission(sweep, 0, waiting == 0, True, sweep.draws, repo.sweep_counts(session, sweep.id)["filtered"])
 
 
+def coverage_prior(session: Session, spec: SweepSpec, configs: Sequence[AttentionConfig] | None) -> CellCounts | None:
+    """The prior of a coverage-guided draw: the cell counts of the newest
+    `coverage_prior_sweeps` finished sweeps of the store (None: nothing is sampled, or no prior)."""
+    if configs is not None or not spec.coverage_guided or not spec.coverage_prior_sweeps:
+        return None
+    return prior_counts(session, spec.coverage_prior_sweeps, mma=spec.backend == "cuda")
+
+
 def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: SweepSpec, *,
                  configs: list[AttentionConfig] | None = None, defects: Sequence[str] = (),
                  sanitize: tuple[str, float] | None = None, rerun_of: int | None = None,
@@ -143,7 +153,7 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
     queue = settings.queue_name(queue_kind(spec.backend))
     memory, device = repo.queue_device_memory(session, queue, settings.worker_stale_s)
     plan = planned(spec, device_total_memory=memory, device=device, configs=configs, request_extra=extra,
-                   sanitize=sanitize, defects=tuple(sorted(defects)))
+                   sanitize=sanitize, defects=tuple(sorted(defects)), prior=coverage_prior(session, spec, configs))
 
     def store(s: Session) -> int:
         sweep = repo.store_plan(s, plan)
@@ -181,8 +191,10 @@ def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: i
     from workers.embedded import execute_sweep
     from workers.triage import run_triage
 
+    with session_scope(url) as s:
+        prior = coverage_prior(s, spec, None)
     plan = planned(spec, device_total_memory=device_total_memory, device=device, sanitize=sanitize,
-                   defects=tuple(sorted(defects)))
+                   defects=tuple(sorted(defects)), prior=prior)
     with session_scope(url) as s:
         sweep_id = repo.store_plan(s, plan).id
     with (started(sweep_id, len(plan.configs)) if started else nullcontext()) as on_result:

@@ -47,6 +47,7 @@ def plan_sweep(
     request_extra: dict[str, Any] | None = None,
     sanitize: tuple[str, float] | None = None,
     defects: tuple[str, ...] = (),
+    prior: Any = None,
 ) -> SweepPlan:
     """The sweep to store: its budget resolved, its configs sampled and prefiltered (an explicit
     config list skips sampling). Raises sweeps.sampler.SamplingExhausted.
@@ -54,12 +55,13 @@ def plan_sweep(
     `request_extra` adds what a caller stores beside the spec (the service: defects, rerun_of).
     `sanitize`: (compute-sanitizer tool, share of the configs): the configs it picks
     (pick_configs, stratified by kernel variant) are stored in the request, where every worker
-    reads them."""
+    reads them. `prior`: the sweeps.coverage.CellCounts a coverage-guided draw adds to its own
+    (sweeps.sampler.sample)."""
     budget = resolve_budget(spec, device_total_memory)
     filtered: dict[str, int] = {}
     draws = 0
     if configs is None:
-        sampled: SampleResult = sample(spec, budget.bytes)
+        sampled: SampleResult = sample(spec, budget.bytes, prior=prior)
         configs, filtered, draws = sampled.configs, sampled.filtered, sampled.draws
     extra = dict(request_extra or {})
     if sanitize is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from attnconfig import AttentionConfig
 from attnconfig.outcomes import METRIC_KEYS
+from reference.facts import FACT_KEYS
 
 
 @dataclass
@@ -58,6 +59,8 @@ class ConfigResult:
         for key in ("compile_s", "inputs_s", "run_s", "reference_s", "verify_s", "total_s"):
             row[key] = self.timings.get(key)
         row.update({k: self.metrics.get(k) for k in METRIC_KEYS})
+        facts = {k: self.metrics[k] for k in FACT_KEYS if self.metrics.get(k) is not None}
+        row["facts"] = facts or None
         return row
 
 

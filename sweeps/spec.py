@@ -36,6 +36,9 @@ GIB = 1 << 30
 # holding an API thread for hours; max_draws above it is refused and the default
 # (1000 * samples) is cut to it. samples is bounded by it too, so the cap always allows samples.
 MAX_DRAWS = 1_000_000
+# The most earlier sweeps a coverage-guided request may take as its prior (store.coverage reads
+# every finished row of each, so the prior costs a scan of that many sweeps at submission).
+MAX_PRIOR_SWEEPS = 100
 MAX_LABEL = 200  # sweeps.label is VARCHAR(200)
 Label = storable_str(MAX_LABEL)
 
@@ -154,6 +157,9 @@ class SweepSpec(BaseModel):
     data_regimes: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_REGIME_MIX))
     # Prefer draws that land in the least covered cells (sweeps.guided, docs/spec.md §6).
     coverage_guided: bool = False
+    # With coverage_guided: the newest N finished sweeps of the store are the guided draw's prior
+    # (their cell counts, store.coverage.prior_counts); 0: the sweep's own draws only.
+    coverage_prior_sweeps: StrictInt = Field(default=0, ge=0, le=MAX_PRIOR_SWEEPS)
 
     @field_validator("data_regimes", mode="before")
     @classmethod
@@ -184,6 +190,9 @@ class SweepSpec(BaseModel):
         problems: list[tuple[str, str]] = []
         if self.max_draws is not None and self.max_draws < self.samples:
             problems.append(("max_draws", f"max_draws={self.max_draws} must be >= samples={self.samples}"))
+        if self.coverage_prior_sweeps and not self.coverage_guided:
+            problems.append(("coverage_prior_sweeps", f"coverage_prior_sweeps={self.coverage_prior_sweeps} needs "
+                                                      "coverage_guided: only a guided draw reads a prior"))
         if problems:
             raise ValueError(SweepSpecError(problems))
         return self

@@ -25,7 +25,7 @@ templates = Jinja2Templates(directory=HERE / "templates")
 
 NOT_FILTERS = ("sort", "limit", "offset", "label", "since", "until")
 # Offered first in the filter and heatmap menus: docs/spec.md §1's config fields, then the rest.
-CONFIG_FIRST = ("dtype", "split_kv", "causal", "gqa_ratio", "seq_len_k", "seq_len_q", "head_dim_qk", "head_dim_v", "g",
+CONFIG_FIRST = ("dtype", "data_regime", "split_kv", "causal", "gqa_ratio", "seq_len_k", "seq_len_q", "head_dim_qk", "head_dim_v", "g",
                 "num_heads_q", "num_heads_kv", "kv_cache", "has_prefix_offset", "with_attn_bias", "with_attn_scale",
                 "return_lse", "trans_q", "trans_k", "trans_v", "trans_o", "data_seed")
 

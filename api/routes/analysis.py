@@ -1,4 +1,5 @@
-"""One sweep's analysis: failure rates over one or two fields, its failures with the gate each broke.
+"""One sweep's analysis: failure rates over one or two fields, its failures with the gate each broke,
+its coverage of the config space.
 
 These are the endpoints the dashboard's sweep page reads (api/dashboard); external dashboards
 read the same ones.
@@ -21,8 +22,10 @@ from api.schemas.analysis import (
     SweepFailuresQuery,
 )
 from api.schemas.common import Message, Problems
+from api.schemas.coverage import CoverageReport
 from store import analysis, queries
 from store.queries import Match, ResultFilter
+from sweeps.coverage import FEATURES, RARE
 
 router = APIRouter(prefix="/sweeps", tags=["analysis"])
 ERRORS = {404: {"model": Message}, 422: {"model": Problems}}
@@ -59,6 +62,20 @@ def read_failure_axes(sweep_id: SweepId, session: SessionDep) -> FailureAxes:
     sweep_or_404(session, sweep_id)
     (rows, cols), score = analysis.separating_axes(session, sweep_id, FAILING_OUTCOMES)
     return FailureAxes(sweep_id=sweep_id, by=[rows, cols], score=score)
+
+
+@router.get("/{sweep_id}/coverage", response_model=CoverageReport, responses=ERRORS)
+def read_coverage(sweep_id: SweepId, session: SessionDep,
+                  rare: Annotated[int, Query(ge=1, le=1_000_000, description="a cell with fewer configs (and at least "
+                                                                                 "one) is rare")] = RARE) -> CoverageReport:
+    """Which cells (kernel path, data regime, feature, value) the sweep's finished configs reached:
+    covered (at least `rare` configs), rare or never, in total, per regime and per path, with
+    every cell's configs and failing configs (docs/spec.md §6 "Coverage")."""
+    from store.coverage import sweep_coverage
+
+    sweep_or_404(session, sweep_id)
+    report = sweep_coverage(session, sweep_id, rare=rare)
+    return CoverageReport(sweep_id=sweep_id, features={f: list(v) for f, v in FEATURES.items()}, **report)
 
 
 @router.get("/{sweep_id}/failures", response_model=FailureRowsPublic, responses=ERRORS)

@@ -52,6 +52,8 @@ BY_NAME: dict[str, str] = {
     "err_ratio_gate": "also fail configs whose out_err_ratio exceeds this (default: err_ratio is only reported)",
     "data_regimes": "input regimes to draw, {regime: share} or a list (equal shares); default: half normal, a tenth each other",
     "coverage_guided": "prefer draws that land in the least covered coverage cells (docs/spec.md §6)",
+    "coverage_prior_sweeps": "with coverage_guided: the cells of the newest N finished sweeps of the store count as "
+                             "reached already (0 to 100; 0: none)",
     "defects": "known bugs compiled into the kernels, to show that the sweep catches them",
     # Sweeps.
     "id": "the row's id",

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from store.queries import BOOL_FIELDS, GROUPABLE, INT_FIELDS
 
-STR_FILTERS = ("dtype", "backend", "device", "variant", "source_hash", "threshold_reason", "not_applicable_reason")
+STR_FILTERS = ("dtype", "data_regime", "backend", "device", "variant", "source_hash", "threshold_reason",
+               "not_applicable_reason")
 INT_FORMS = "N, A,B,C (any of) or LO:HI (inclusive; either end may be left open)"
 
 

@@ -120,6 +120,7 @@ class ConfigRunPublic(BaseModel):
     seq: int
     config_hash: str
     config: dict[str, Any]
+    data_regime: str = Field(description="the config's input regime (docs/spec.md §1)")
     state: Literal["queued", "done", "cancelled"]
     outcome: str | None
     failed_gate: str | None
@@ -137,6 +138,9 @@ class ConfigRunPublic(BaseModel):
     source_hash: str | None
     metrics: dict[str, Metric]
     timings: dict[str, Metric]
+    facts: dict[str, Metric] | None = Field(
+        default=None, description="numeric facts of the run's inputs and reference (fact_* keys, docs/spec.md §6 "
+                                  "\"Coverage\"); null where the config did not run")
     reproducer: str | None
     worker: str | None
     attempts: int

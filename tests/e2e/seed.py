@@ -125,6 +125,33 @@ def seed_finished(url: str, label: str = "nightly") -> Seeded:
     return Seeded(sweep_id, configs, {r.config_hash: r for r in results})
 
 
+REGIME_FACTS = {"fact_masked_rows": 0, "fact_max_abs_lse": 12.5, "fact_max_abs_logit": 30.0, "fact_top_weight": 0.95,
+                "fact_flatness": 40.0}
+
+
+def regimes_of(configs: list[AttentionConfig]) -> list[AttentionConfig]:
+    """The grid with every third config in the `sink` regime, the rest `normal`."""
+    return [c.model_copy(update={"data_regime": "sink" if i % 3 == 0 else "normal"}) for i, c in enumerate(configs)]
+
+
+def seed_regimes(url: str, label: str = "regimes") -> Seeded:
+    """The grid of seed_finished over two regimes (regimes_of), its request drawing both, and every
+    run's numeric facts REGIME_FACTS (an |LSE| of 10-100, |logits| of 10-100, peaked rows)."""
+    configs = regimes_of(grid())
+    with session_scope(url) as s:
+        sweep = repo.create_sweep(s, request={"samples": len(configs), "backend": "cpu", "label": label,
+                                              "data_regimes": {"normal": 0.5, "sink": 0.5}},
+                                  seed=7, backend="cpu", label=label, splitkv_budget=3 << 29, budget_source="fallback",
+                                  device="cpu", draws=len(configs), filtered={}, configs=configs)
+        sweep_id = sweep.id
+    results = results_for(configs)
+    for r in results:
+        if r.outcome not in ("not_applicable", "error"):
+            r.metrics.update(REGIME_FACTS)
+    record(url, sweep_id, results)
+    return Seeded(sweep_id, configs, {r.config_hash: r for r in results})
+
+
 def seed_ci(url: str, repository: str, shas: list[str], broken_from: int) -> list[int]:
     """Push sweeps of `shas` (oldest first) to main; the kernels break at commit `broken_from`.
 

@@ -81,6 +81,19 @@ def test_failures_prints_gate_metric_bound_and_reproducer(broken_sweep):
     assert len(json.loads(attnsweep("failures", "--db", str(db), "--json", "--limit", "1").stdout)["failures"]) == 1
 
 
+def test_failures_filter_by_data_regime(broken_sweep):
+    _proc, db, _xml, _report = broken_sweep
+    every = json.loads(attnsweep("failures", "--db", str(db), "--json").stdout)["failures"]
+    by_regime = {}
+    for regime in {r["data_regime"] for r in every}:
+        rows = json.loads(attnsweep("failures", "--db", str(db), "--json", "--regime", regime).stdout)["failures"]
+        assert rows and all(r["data_regime"] == regime == r["config"].get("data_regime", "normal") for r in rows)
+        by_regime[regime] = len(rows)
+    assert sum(by_regime.values()) == len(every)
+    proc = attnsweep("failures", "--db", str(db), "--regime", "spiky")
+    assert proc.returncode == 2 and "--regime='spiky': must be one of normal, sink" in proc.stderr
+
+
 def test_version():
     from importlib import metadata
 

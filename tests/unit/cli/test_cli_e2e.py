@@ -73,6 +73,37 @@ def test_sample_json_is_deterministic_and_matches_run_sampling():
         parse_config(cfg)
 
 
+def test_sample_draws_the_regimes_of_the_mix_and_guided_sampling_is_deterministic():
+    equal = json.loads(attnsweep("sample", "--samples", "40", "--seed", "5", "--json", "--regimes", "sink,uniform").stdout)
+    assert {c.get("data_regime") for c in equal["configs"]} == {"sink", "uniform"}
+    shares = json.loads(attnsweep("sample", "--samples", "40", "--seed", "5", "--json", "--regimes",
+                                  "sink=1,uniform=1").stdout)
+    assert shares == equal  # NAME=SHARE with equal shares is the list of names
+    guided = [json.loads(attnsweep("sample", "--samples", "20", "--seed", "5", "--json", "--coverage-guided").stdout)
+              for _ in range(2)]
+    plain = json.loads(attnsweep("sample", "--samples", "20", "--seed", "5", "--json").stdout)
+    assert guided[0] == guided[1] and guided[0]["configs"] != plain["configs"]
+    assert guided[0]["filtered"]["coverage_skipped"] > 0
+
+
+def test_run_prints_coverage_and_reports_it(sqlite_url, tmp_path):
+    report_path = tmp_path / "report.json"
+    proc = attnsweep("run", "--samples", "6", "--seed", "3", "--backend", "cpu", "--db", sqlite_url, "--regimes",
+                     "normal=1,sink=1", "--coverage-guided", "--report-json", str(report_path), *SMALL)
+    report = json.loads(report_path.read_text())["coverage"]
+    assert report["regimes"] == ["normal", "sink"]
+    t = report["totals"]
+    assert f"coverage: {t['covered']} covered, {t['rare']} rare (< 3 configs), {t['never']} never" in proc.stdout
+    assert sum(c["configs"] for c in report["cells"] if c["feature"] == "dtype") == 6
+    again = attnsweep("run", "--samples", "6", "--seed", "3", "--backend", "cpu", "--db", sqlite_url, "--regimes",
+                      "normal=1,sink=1", "--coverage-guided", "--coverage-prior", "1", *SMALL)
+    assert again.returncode == 0
+    with session_scope(sqlite_url) as s:
+        first, second = (sorted(s.scalars(select(ConfigRun.config_hash).where(ConfigRun.sweep_id == i))) for i in (1, 2))
+        assert s.get(Sweep, 2).request["coverage_prior_sweeps"] == 1
+    assert first != second  # the first sweep's cells count as covered: the second draws elsewhere
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -80,6 +111,13 @@ def test_sample_json_is_deterministic_and_matches_run_sampling():
         (["run", "--range", "g=9:1", "--backend", "cpu"], "g"),
         (["run", "--range", "colour=1:2", "--backend", "cpu"], "colour"),
         (["run", "--backend", "tpu"], "backend"),
+        (["run", "--regimes", "spiky=1", "--backend", "cpu"], "--regimes: unknown regime 'spiky'; allowed: normal"),
+        (["run", "--regimes", "sink=0", "--backend", "cpu"], "--regimes: sink=0.0: a share must be a finite number > 0"),
+        (["run", "--regimes", "sink=lots", "--backend", "cpu"], "--regimes: 'sink=lots': a share must be a number"),
+        (["run", "--regimes", "normal,sink=0.2", "--backend", "cpu"], "give every regime a share (NAME=SHARE) or none"),
+        (["run", "--regimes", ",", "--backend", "cpu"], "--regimes: ',': name at least one regime"),
+        (["run", "--coverage-prior", "2", "--backend", "cpu"], "--coverage-prior: coverage_prior_sweeps=2 needs coverage_guided"),
+        (["run", "--coverage-guided", "--coverage-prior", "101", "--backend", "cpu"], "--coverage-prior: "),
         (["run", "--gpus", "all", "--backend", "cpu"], "--gpus 'all': no GPU is visible"),
         (["verify", "--config", '{"dtype": "f16"}'], "g: "),
         (["verify", "--config", "{nope"], "not valid JSON"),
