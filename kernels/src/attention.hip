@@ -672,7 +672,7 @@ __device__ __noinline__ void attn_combine_tile(
 // Ordering, as cooperative groups' grid barrier does it: the block's barrier, then thread 0 alone
 // fences (releasing what every thread of the block wrote) before its atomic, and the block that
 // comes last fences again (acquiring) before the barrier that lets its threads read. (A fence in
-// every thread cost about 800 cycles a block on the H100's first timelines.)
+// every thread cost about 800 cycles a block on an H100: docs/decisions.md.)
 // combine_count: per row tile, one counter (one group) or groups + 1. group_part (several
 // groups): O [groups][rows][dv], then LSE [groups][rows]. smem: one int.
 template <typename T, int BM, int NT, int C>
@@ -824,8 +824,8 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 
 // 1: the key groups' merge slots pad each row of O by 8 floats and move two floats at a time.
 // Unpadded (0, to compare), the 8 rows a warp writes or reads at once start in the same bank: an
-// 8-way conflict on every access, about 3,600 cycles at the end of every decode block on the
-// first timelines (bench/trace_combine.py, "epilogue cycles"; 2,350 padded).
+// 8-way conflict on every access, about 3,600 cycles at the end of every decode block on an
+// H100 against 2,350 padded (docs/decisions.md).
 #ifndef ATTN_MMA_MERGE_PAD
 #define ATTN_MMA_MERGE_PAD 1
 #endif
