@@ -16,16 +16,17 @@ Any error is stored as the triage's `failed` reason: a triage never fails the sw
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from celery import Celery
 from sqlalchemy.orm import Session
 
 from settings import Settings, get_settings
 from store import clusters as stored
 from store.db import session_scope
 from store.models import Sweep
-from workers.app import TASK_TRIAGE, queue_kind
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,9 @@ def publish_triage(session: Session, celery: Celery, settings: Settings, sweep_i
     sweep = session.get(Sweep, sweep_id)
     if sweep is None:
         return False
+    # The broker's libraries load here: the embedded run triages in-process and needs none of them.
+    from workers.app import TASK_TRIAGE, queue_kind
+
     queue = settings.queue_name(queue_kind(sweep.backend))
     try:
         celery.send_task(TASK_TRIAGE, args=(sweep_id,), queue=queue, time_limit=settings.triage_time_limit_s,
