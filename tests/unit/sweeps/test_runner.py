@@ -91,23 +91,6 @@ def test_a_bad_process_setting_fails_the_sweep_in_the_parent(sqlite_url, monkeyp
         assert len(repo.queued_configs(s, sweep_id)) == 2   # nothing ran, nothing lost
 
 
-def test_bench_counts_a_runs_wall_time_as_transfers_and_kernel():
-    from bench.sweep import summarize
-    from sweeps.result import ConfigResult
-
-    c = parse_config(CONFIGS[2])
-
-    def result(**timings):  # noqa: ANN003, ANN202
-        r = ConfigResult(config=c, outcome="pass", gates={}, backend="cuda", device="gpu")
-        r.timings.update(dict(compile_s=0.0, inputs_s=0.1, reference_s=0.2, verify_s=0.05, store_s=0.0,
-                              run_s=0.001, transfer_s=0.02, total_s=0.4), **timings)
-        return r
-
-    summary = summarize([result(run_wall_s=0.03), result(run_wall_s=0.04)], wall=1.0, jobs=1, sweep_id=1, warmup=None)
-    assert summary["phases_s"]["transfers+kernel"] == pytest.approx(0.07)
-    assert summary["inside_run_s"]["kernel (events)"] == pytest.approx(0.002)
-
-
 def test_the_soft_time_limit_stops_a_slow_run():
     # A run that takes 1.5 s (a kernel that is slow, not hung) under a 0.2 s limit: the limit
     # fires inside it, and the watchdog's hard limit never does.
