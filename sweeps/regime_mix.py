@@ -1,8 +1,11 @@
 """The data regimes a sweep draws (docs/spec.md §6): their shares, validation and the draw.
 
 `data_regimes` of a sweep request maps regime names (attnconfig.regimes) to shares; a list of
-names means equal shares. Shares are weights: they are divided by their sum. The default mix
-(DEFAULT_REGIME_MIX) keeps half the configs `normal` and gives each other regime a tenth.
+names means equal shares. Shares are weights: they are divided by their sum. A sweep draws
+`normal` alone unless its request names regimes (DEFAULT_REGIME_MIX): on an H100 the correct
+kernels failed 7 of about 1,000 configs of the other regimes under their first gate bounds
+(docs/spec.md §5), so those bounds are not yet fit to judge every sweep. REGIME_MIX is the mix
+to ask for: half `normal`, a tenth each other regime.
 
 The regime of each draw comes from a stream of its own, `default_rng([seed, REGIME_STREAM])`,
 one number per draw: the shapes a seed draws are the same whatever the mix, and a mix of
@@ -18,7 +21,8 @@ import numpy as np
 from attnconfig.config import AttentionConfig
 from attnconfig.regimes import DEFAULT_REGIME, REGIMES
 
-DEFAULT_REGIME_MIX: dict[str, float] = {r: (0.5 if r == DEFAULT_REGIME else 0.1) for r in REGIMES}
+REGIME_MIX: dict[str, float] = {r: (0.5 if r == DEFAULT_REGIME else 0.1) for r in REGIMES}
+DEFAULT_REGIME_MIX: dict[str, float] = {DEFAULT_REGIME: 1.0}
 REGIME_STREAM = 0x5E61
 
 

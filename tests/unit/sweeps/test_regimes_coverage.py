@@ -13,6 +13,7 @@ from kernels import get_backend
 from sweeps.coverage import CellCounts, cell_space, cells_of, config_features, coverage_report, coverage_summary, possible
 from sweeps.policy import gates_for
 from sweeps.runner import run_config
+from sweeps.regime_mix import REGIME_MIX
 from sweeps.sampler import sample
 from sweeps.spec import SweepSpecError, parse_sweep_spec
 
@@ -27,14 +28,19 @@ def test_normal_only_mix_is_the_sweep_of_before():
     assert hashlib.sha256(",".join(r.accepted_hashes).encode()).hexdigest()[:32] == "7fb8c4a0e2f908a676da42e518a9b842"
 
 
-def test_default_mix_changes_regimes_only_and_is_reproducible():
+def test_the_regime_mix_changes_regimes_only_and_is_reproducible():
     plain = sample(parse_sweep_spec(dict(samples=400, seed=9, data_regimes=["normal"])), BUDGET).configs
-    mixed = sample(parse_sweep_spec(dict(samples=400, seed=9)), BUDGET).configs
-    again = sample(parse_sweep_spec(dict(samples=400, seed=9)), BUDGET).configs
+    mixed = sample(parse_sweep_spec(dict(samples=400, seed=9, data_regimes=REGIME_MIX)), BUDGET).configs
+    again = sample(parse_sweep_spec(dict(samples=400, seed=9, data_regimes=REGIME_MIX)), BUDGET).configs
     assert [c.to_json() for c in mixed] == [c.to_json() for c in again]
     assert [c.model_copy(update={"data_regime": "normal"}) for c in mixed] == plain
     share = Counter(c.data_regime for c in mixed)
     assert set(share) == set(REGIMES) and 150 <= share["normal"] <= 250
+
+
+def test_a_request_without_regimes_draws_normal_inputs_only():
+    default = sample(parse_sweep_spec(dict(samples=200, seed=9)), BUDGET).configs
+    assert {c.data_regime for c in default} == {"normal"}
 
 
 @pytest.mark.parametrize("value, field, rule", [
@@ -123,7 +129,8 @@ def test_guided_sampling_reaches_a_planted_never_covered_cell():
     prior.configs.update({cell: 50 for cell in cell_space() if cell != target})
 
     def hits(guided: bool, seed: int) -> bool:
-        spec = parse_sweep_spec(dict(samples=20, seed=seed, backend="cpu", coverage_guided=guided))
+        spec = parse_sweep_spec(dict(samples=20, seed=seed, backend="cpu", coverage_guided=guided,
+                                      data_regimes=REGIME_MIX))
         configs = sample(spec, BUDGET, prior=prior).configs
         return any(target in cells_of(c, "rowwise" if c.dtype == "i8" or max(c.head_dim_qk, c.head_dim_v) > 256
                                       else "grouped") for c in configs)
