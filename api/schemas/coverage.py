@@ -18,18 +18,6 @@ class StateCounts(BaseModel):
     never: int = Field(description="cells no finished config reached")
 
 
-class CoverageCell(BaseModel):
-    """One cell of the space: (path, regime, feature, value) with its configs and failing configs."""
-
-    path: str = Field(description=_PATH)
-    regime: str = Field(description=_REGIME)
-    feature: str = Field(description=_FEATURE)
-    value: str = Field(description=_VALUE)
-    configs: int = Field(description="finished configs in the cell")
-    failing: int = Field(description="of those, configs that failed (fail, nan, fault, unsafe, error, timeout, oom)")
-    state: CellState = Field(description="covered, rare or never")
-
-
 class OutsideCell(BaseModel):
     """A cell some config landed in that the space says no config can reach."""
 
@@ -38,6 +26,13 @@ class OutsideCell(BaseModel):
     feature: str = Field(description=_FEATURE)
     value: str = Field(description=_VALUE)
     configs: int = Field(description="finished configs in the cell")
+
+
+class CoverageCell(OutsideCell):
+    """One cell of the space: (path, regime, feature, value) with its configs and failing configs."""
+
+    failing: int = Field(description="of those, configs that failed (fail, nan, fault, unsafe, error, timeout, oom)")
+    state: CellState = Field(description="covered, rare or never")
 
 
 class CoverageReport(BaseModel):
