@@ -6,12 +6,13 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
+from cli.common import console, database_url, db_source, fail, option_text
 from cli.options import OPTION_FIELDS, OPTION_NAMES, SweepOptions, build_spec, defects_help, sweep_options
 from cli.triage import app as triage_app
 
@@ -19,48 +20,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (Alembic migrations).")
 app.add_typer(db_app, name="db")
 app.add_typer(triage_app)  # triage, shrink, bisect (cli/triage.py)
-console = Console(stderr=True)
 
 BACKENDS = ("auto", "cpu", "cuda", "hip", "hostemu")
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    # One line whatever the terminal's width (soft_wrap), so scripts can grep it; no traceback.
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
-    raise typer.Exit(code)
-
-
-def _database_url(db: Optional[str]) -> str:
-    from settings import get_settings
-
-    if db is None:
-        url = get_settings().database_url
-    elif "://" in db:
-        url = db
-    else:
-        url = f"sqlite:///{db}"
-    _check_sqlite_folder(url, _db_source(db))
-    return url
-
-
-def _db_source(db: Optional[str]) -> str:
-    """Which setting named the database, for error messages."""
-    from settings import get_settings
-
-    if db is not None:
-        return "--db"
-    named = "database_url" in get_settings().model_fields_set
-    return "ATTNSWEEP_DATABASE_URL" if named else "the default database (--db to name one)"
-
-
-def _check_sqlite_folder(url: str, source: str) -> None:
-    # SQLite creates the file but not its folder; its own message ("unable to open database
-    # file") names neither, so say which folder is missing before anything is started.
-    if not url.startswith("sqlite") or ":memory:" in url:
-        return
-    path = url.split(":///", 1)[-1].split("?", 1)[0]
-    if path and not Path(path).resolve().parent.is_dir():
-        fail(f"{source}: the folder {str(Path(path).parent)!r} of the SQLite file does not exist (create it first)")
 
 
 def _migrate(url: str, source: str = "--db") -> None:
@@ -176,8 +137,8 @@ def run(
     for path, option in ((report_json, "--report-json"), (junit_xml, "--junit-xml")):
         if path is not None and not path.resolve().parent.is_dir():
             fail(f"{option}: the folder {str(path.parent)!r} does not exist")
-    url = _database_url(db)
-    _migrate(url, _db_source(db))  # before the backend starts: a wrong --db is found in a second, not after a compile
+    url = database_url(db)
+    _migrate(url, db_source(db))  # before the backend starts: a wrong --db is found in a second, not after a compile
     defects = frozenset(options.defects)
     if (jobs or 0) > 1 or gpus is not None:
         from workers.embedded import start_pool_server
@@ -320,13 +281,7 @@ def verify(
     from sweeps.policy import gates_for
     from sweeps.runner import run_config
 
-    if config.startswith("@"):
-        try:
-            text = Path(config[1:]).read_text()
-        except OSError as exc:
-            fail(f"--config {config}: cannot read the file: {exc.strerror or exc}")
-    else:
-        text = config
+    text = option_text(config, "--config")
     try:
         be = get_backend(backend, defects=frozenset(defect))
     except (BackendUnavailable, ValueError) as exc:
@@ -388,8 +343,8 @@ def failures(
     from store.db import session_scope
     from store.models import Sweep
 
-    url = _database_url(db)
-    source = _db_source(db)
+    url = database_url(db)
+    source = db_source(db)
     if url.startswith("sqlite") and not Path(url.split(":///", 1)[-1]).exists():
         fail(f"{source}: no SQLite store at {url.split(':///', 1)[-1]!r} (a sweep creates it: attnsweep run --db PATH)")
     _migrate(url, source)
@@ -448,8 +403,8 @@ def _print_failures(rows: list, has_more: bool) -> None:
 @db_app.command("upgrade")
 def db_upgrade(db: Optional[str] = DB) -> None:
     """Migrate the database to the newest schema revision."""
-    url = _database_url(db)
-    _migrate(url, _db_source(db))
+    url = database_url(db)
+    _migrate(url, db_source(db))
     console.print("database is at the newest revision", highlight=False)
 
 

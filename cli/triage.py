@@ -1,19 +1,20 @@
 """`attnsweep triage`, `shrink` and `bisect`: the failures of a sweep as bugs (triage/).
 
 Registered on the main app by cli/main.py (app.add_typer without a name adds these commands
-at the top level). This module imports nothing of cli.main, so the two form no import cycle.
+at the top level). It imports nothing of cli.main (the two would form an import cycle); what
+the commands share is in cli/common.py.
 """
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
+from cli.common import console, database_url, fail, option_text
+
 app = typer.Typer()
-console = Console(stderr=True)
 
 DB_HELP = "SQLite path or database URL (default: ATTNSWEEP_DATABASE_URL, else ./attnsweep.db)"
 BACKEND_HELP = "cpu|cuda|hip|hostemu|auto"
@@ -22,32 +23,14 @@ MAX_SECONDS = typer.Option(120.0, "--max-seconds", min=0.1, help="most seconds o
 TIME_LIMIT = typer.Option(30.0, "--time-limit", min=0, help="seconds one run may take before it counts as timeout (0: none)")
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
-    raise typer.Exit(code)
-
-
-def _database_url(db: Optional[str]) -> str:
-    """--db as the other commands read it: a URL, a SQLite path, or the configured database."""
-    if db is None:
-        from settings import get_settings
-
-        return get_settings().database_url
-    return db if "://" in db else f"sqlite:///{db}"
-
-
 def _config(text: str, option: str = "--config") -> dict[str, Any]:
     from attnconfig import ConfigError, parse_config
 
-    if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text()
-        except OSError as exc:
-            _fail(f"{option} {text}: cannot read the file: {exc.strerror or exc}")
+    text = option_text(text, option)
     try:
         return parse_config(text).to_dict()
     except ConfigError as exc:
-        _fail(f"{option}: {exc}")
+        fail(f"{option}: {exc}")
 
 
 def _defects(names: list[str]) -> frozenset[str]:
@@ -55,7 +38,7 @@ def _defects(names: list[str]) -> frozenset[str]:
 
     unknown = sorted(set(names) - set(DEFECTS))
     if unknown:
-        _fail(f"--defect: unknown defect(s) {unknown}; known: {', '.join(DEFECTS)}")
+        fail(f"--defect: unknown defect(s) {unknown}; known: {', '.join(DEFECTS)}")
     return frozenset(names)
 
 
@@ -100,10 +83,10 @@ def triage(
     from triage.sweep import SweepNotFound, clusters_json, triage_sweep
     from workers.triage import run_triage
 
-    url = _database_url(db)
+    url = database_url(db)
     with session_scope(url) as s:
         if s.get(Sweep, sweep) is None:
-            _fail(f"sweep {sweep}: no such sweep")
+            fail(f"sweep {sweep}: no such sweep")
         status = stored.triage_status(s, sweep)
     if no_shrink:
         try:
@@ -111,7 +94,7 @@ def triage(
                 report = {"status": "unstored", **clusters_json(triage_sweep(s, sweep, backend, shrink_configs=False,
                                                                              classify_configs=False))}
         except SweepNotFound as exc:
-            _fail(str(exc))
+            fail(str(exc))
     else:
         if recompute or status != "done":
             if not as_json:
@@ -228,7 +211,7 @@ def bisect(
     try:
         result = run_bisect(repo, good, bad, configs, backend, time_limit_s=_limit(time_limit))
     except (BisectError, KernelRepoError, BackendUnavailable) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if as_json:
         print(json.dumps(result.to_dict()))
     else:
