@@ -379,11 +379,13 @@ def combine_masked(o_partials: np.ndarray, lse_partials: np.ndarray, valid: np.n
     return weights.combine(o_partials), weights.lse
 
 
-def combine_unmasked(o_partials: np.ndarray, lse_partials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def combine_unmasked(o_partials: np.ndarray, lse_partials: np.ndarray,
+                     defects: frozenset[str] | set[str] = frozenset()) -> tuple[np.ndarray, np.ndarray]:
     """A kernel's combine (docs/spec.md §3): every split weighted by exp(LSE_s - M), no validity mask.
 
     M = -FLT_MAX when every LSE_s is -inf, the denominator guarded against 0; the max ignores
     NaN as fmaxf does, so a NaN partial reaches the output through its weight, as on a GPU.
+    The combine_no_max_shift defect weights by exp(LSE_s) and returns log(denominator) as LSE.
     Returns (out, lse) in f32.
     """
     S = lse_partials.shape[0]
@@ -393,12 +395,13 @@ def combine_unmasked(o_partials: np.ndarray, lse_partials: np.ndarray) -> tuple[
         denom = np.zeros(lse_partials.shape[1:], dtype=F32)
         num = np.zeros(o_partials.shape[1:], dtype=F32)
         tmp = np.empty_like(num)
+        shift = top if "combine_no_max_shift" not in defects else F32(0)
         for s in range(S):
-            w = np.exp(lse_partials[s] - top)
+            w = np.exp(lse_partials[s] - shift)
             denom += w
             np.multiply(w[..., None], o_partials[s], out=tmp)
             num += tmp
         inv = np.where(denom == 0, F32(0), F32(1) / denom).astype(F32)
         num *= inv[..., None]
-        lse = top + np.log(denom)
+        lse = shift + np.log(denom)
     return num, lse.astype(F32)

@@ -16,7 +16,7 @@ from attnconfig import AttentionConfig
 
 # The defect switches and failure types live below the backends (variant selection, launch
 # plans and the compile cache use them too); importers of this module find them here as well.
-from kernels.defects import COMBINE_DEFECTS, DEFECTS, FAULT_DEFECTS, GPU_ONLY_DEFECTS, NUMERIC_DEFECTS  # noqa: F401
+from kernels.defects import COMBINE_DEFECTS, DATA_DEFECTS, DEFECTS, FAULT_DEFECTS, GPU_ONLY_DEFECTS, NUMERIC_DEFECTS  # noqa: F401
 from kernels.errors import (  # noqa: F401
     BackendUnavailable,
     CompileError,

@@ -129,7 +129,7 @@ class CpuEmulationBackend(Backend):
             # No partial buffers on the device: the one split writes the final output directly.
             out_f32, lse_f32 = o_partials[0], lse_partials[0]
         else:
-            out_f32, lse_f32 = splits.combine_unmasked(o_partials, lse_partials)
+            out_f32, lse_f32 = splits.combine_unmasked(o_partials, lse_partials, self.defects)
             self._combine_defects(out_f32, o_raw, o_bytes, np.dtype(out_dtype))
         logical_view(o_buffer, c.trans_o)[...] = out_f32.astype(out_dtype)
         violation = check_guards("o", o_raw, o_bytes, np.dtype(out_dtype).itemsize)

@@ -1324,7 +1324,11 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
     const float M = attn_block_reduce<NT, true>(mx, t_s);
     float part = 0.0f;
     for (int s = tid; s < num_splits; s += NT) {
+#ifdef ATTN_DEFECT_COMBINE_NO_MAX_SHIFT
+        const float w = expf(lse_part[(long long)s * rows + row]);
+#else
         const float w = expf(lse_part[(long long)s * rows + row] - M);
+#endif
         w_s[s] = w;
         part += w;
     }
@@ -1363,5 +1367,9 @@ __global__ void __launch_bounds__(NT) attn_splitkv_combine(
         if (row == rows - 1 && d == dv - 1) o[rows * (long long)dv + 1] = attn_from_float<OT>(tot);
 #endif
     }
+#ifdef ATTN_DEFECT_COMBINE_NO_MAX_SHIFT
+    if (lse && blockIdx.y == 0 && tid == 0) lse[row] = attn_from_float<LT>(zero ? ATTN_NEG_INF : logf(den));
+#else
     if (lse && blockIdx.y == 0 && tid == 0) lse[row] = attn_from_float<LT>(zero ? ATTN_NEG_INF : M + logf(den));
+#endif
 }

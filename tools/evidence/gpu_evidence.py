@@ -5,6 +5,9 @@
   calibrate  another --calibrate configs (another seed; --part names a piece, so the
              calibration can be spread over several runs of at most 10 minutes each);
   defects    each defect switch alone, a sweep of --defect-samples configs: caught or not;
+  regime-defects  each defect switch of --regime-defects in three sweeps of --defect-samples
+             configs, one seed: `normal` inputs alone, the regime mix (sweeps.regime_mix.REGIME_MIX)
+             and the mix steered by coverage (--coverage-guided): configs caught in each;
   sdpa       our final outputs against torch's scaled_dot_product_attention on the GPU;
   pool       worst row_err and LSE error per dtype over every metrics-*.csv.gz in --out (and
              --pool-from folders), beside the bound table of sweeps/policy.py: the margin
@@ -39,7 +42,7 @@ from attnconfig.outcomes import OUTCOMES  # noqa: E402
 from kernels.backends.base import NUMERIC_DEFECTS  # noqa: E402
 from sweeps.policy import GATE_BOUNDS  # noqa: E402
 
-METRIC_COLUMNS = ("config_hash", "dtype", "head_dim_v", "split_kv", "causal", "outcome", "failed_gate",
+METRIC_COLUMNS = ("config_hash", "dtype", "head_dim_v", "split_kv", "causal", "data_regime", "outcome", "failed_gate",
                   "out_row_err", "lse_max_abs", "out_rms", "out_nonfinite", "variant")
 
 
@@ -50,7 +53,8 @@ def attnsweep_run(out: Path, name: str, *args: str) -> dict:
     cmd = [sys.executable, "-m", "cli", "run", "--db", str(db), "--report-json", str(report), *args]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
+    # Exit status 1 is a sweep with failing configs, which a defect sweep is meant to be.
+    if proc.returncode not in (0, 1) or not report.exists():
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     rep = json.loads(report.read_text())
     rep["elapsed_s"] = time.perf_counter() - t0
@@ -126,6 +130,32 @@ def step_defects(a, common) -> dict:
     return res
 
 
+def regime_modes() -> dict[str, list[str]]:
+    from sweeps.regime_mix import REGIME_MIX
+
+    mix = ",".join(f"{r}={share:g}" for r, share in REGIME_MIX.items())
+    return {"normal": ["--regimes", "normal"], "mixed": ["--regimes", mix],
+            "guided": ["--regimes", mix, "--coverage-guided"]}
+
+
+def step_regime_defects(a, common) -> dict:
+    res: dict = {}
+    modes = regime_modes()
+    seed = a.seed + 2
+    print(f"\n== defect switches with and without data regimes, {a.defect_samples} configs a sweep, seed {seed}")
+    print(f"{'defect':24}" + "".join(f"{m:>22}" for m in modes))
+    for d in a.regime_defects.split(","):
+        res[d] = {}
+        for mode, args in modes.items():
+            rep = attnsweep_run(a.out, f"{d}-{mode}", "--samples", str(a.defect_samples), "--seed", str(seed),
+                                "--defect", d, "--no-triage", *args, *common)
+            o = rep["outcomes"]
+            res[d][mode] = {"caught": sum(n for k, n in o.items() if k not in ("pass", "not_applicable")),
+                            "outcomes": o, "configs": rep["configs_run"]}
+        print(f"{d:24}" + "".join(f"{res[d][m]['caught']:>13} of {res[d][m]['configs']:<5}" for m in modes), flush=True)
+    return res
+
+
 def step_sdpa(a) -> list[dict]:
     """Final outputs of our cuda backend against torch SDPA (an oracle nobody here wrote)."""
     import numpy as np
@@ -185,6 +215,8 @@ def main() -> None:
     ap.add_argument("--calibrate", type=int, default=10000)
     ap.add_argument("--part", type=int, default=1)
     ap.add_argument("--defect-samples", type=int, default=300)
+    ap.add_argument("--regime-defects", default=",".join(sorted(NUMERIC_DEFECTS)),
+                    help="the defect switches of the regime-defects step, comma-separated")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--out", type=Path, default=Path("artifacts"))
@@ -204,6 +236,8 @@ def main() -> None:
             summary[f"calibrate-{a.part}"] = step_calibrate(a, common)
         elif step == "defects":
             summary["defects"] = step_defects(a, common)
+        elif step == "regime-defects":
+            summary["regime-defects"] = step_regime_defects(a, common)
         elif step == "sdpa":
             summary["sdpa"] = step_sdpa(a)
         elif step == "pool":

@@ -6,7 +6,7 @@ sweep judges it (sweeps.runner.run_config, the sweep policy's gates). Printed pe
 dtype: configs, pass / fail / nan / other outcomes, and the gate margins: the largest observed
 metric over its bound (out_rms / rms, out_row_err / row, lse_max_abs / lse,
 partials_row_err / row); a margin above 1 is a failure, and a calibration wants the worst
-margin of a correct kernel at 0.5 or less. Writes results.jsonl (one line per config),
+margin of a correct kernel at 0.5 or less. Writes results.jsonl.gz (one line per config),
 summary.json and coverage.json (sweeps.coverage) in --out.
 
     python3 tools/evidence/regimes.py --backend cuda --samples 2000 --out DIR
@@ -15,6 +15,7 @@ summary.json and coverage.json (sweeps.coverage) in --out.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
@@ -114,7 +115,7 @@ def main() -> int:
         work += [(a.backend, c.to_dict()) for c in sample(spec, budget).configs]
     t0 = time.time()
     rows: list[dict] = []
-    with open(out / "results.jsonl", "w") as fh, ProcessPoolExecutor(a.jobs) as pool:
+    with gzip.open(out / "results.jsonl.gz", "wt") as fh, ProcessPoolExecutor(a.jobs) as pool:
         for i, row in enumerate(pool.map(_run, work, chunksize=4)):
             rows.append(row)
             fh.write(json.dumps(row, default=str) + "\n")
