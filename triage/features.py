@@ -8,7 +8,7 @@ not divide evenly among the splits, or when a row cannot see any key of a split 
 block size the sweep's results record (`block_n`).
 
 `predicates(rows)` returns the atoms the explanation search (triage/explain.py) combines: every
-boolean fact and its negation, every dtype, and thresholds (`x>=t`, `x<=t`) on the numeric
+boolean fact and its negation, every dtype, every data regime the sweep drew, and thresholds (`x>=t`, `x<=t`) on the numeric
 facts at powers of two and at the ends of what was observed.
 """
 from __future__ import annotations
@@ -19,7 +19,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from attnconfig import DTYPES, AttentionConfig
+from attnconfig.regimes import REGIMES
 from reference.masks import last_valid_keys, prefix_offsets
+from reference.regimes import regime_plan
 from reference.splits import blocks_per_split, n_blocks
 
 DEFAULT_BLOCK_N = 32  # the cpu emulation's tile; device rows record their variant's own
@@ -41,7 +43,7 @@ BOOLEAN_FACTS = {
     "masked_split": "a query row has a split holding key blocks none of which it may see (a fully masked split)",
 }
 NUMERIC_FACTS = ("g", "seq_len_q", "seq_len_k", "num_heads_q", "num_heads_kv", "gqa_ratio", "head_dim_qk",
-                 "head_dim_v", "split_kv", "blocks")
+                 "head_dim_v", "split_kv", "blocks", "logit_scale")
 
 
 def facts(c: AttentionConfig, block_n: int | None = None) -> dict[str, Any]:
@@ -69,10 +71,14 @@ def facts(c: AttentionConfig, block_n: int | None = None) -> dict[str, Any]:
         "blocks%split_kv!=0": bool((nb % S != 0).any()),
         "empty_split": bool((seen < S).any()),
         "masked_split": bool((seen < used[:, None]).any()),
+        # The largest |logit| the inputs may give (reference/regimes.py): an exp a kernel does not
+        # shift by a maximum leaves float32's range past 88, whatever the shape.
+        "logit_scale": int(round(regime_plan(c).logit_scale)),
         "dtype": c.dtype,
+        "data_regime": c.data_regime,
         "blocks": int(nb.min()),
     })
-    f.update({name: int(getattr(c, name)) for name in NUMERIC_FACTS if name != "blocks"})
+    f.update({name: int(getattr(c, name)) for name in NUMERIC_FACTS if name not in ("blocks", "logit_scale")})
     return f
 
 
@@ -107,6 +113,9 @@ def predicates(all_facts: Sequence[dict[str, Any]], member_facts: Sequence[dict[
             preds.append(Predicate(f"{name}=false", lambda f, n=name: not f[n], kind))
     for dt in DTYPES:
         preds.append(Predicate(f"dtype={dt}", lambda f, d=dt: f["dtype"] == d, "field"))
+    for regime in REGIMES:
+        if any(f["data_regime"] == regime for f in all_facts):
+            preds.append(Predicate(f"data_regime={regime}", lambda f, r=regime: f["data_regime"] == r, "field"))
     for name in NUMERIC_FACTS:
         values = [f[name] for f in all_facts]
         lo, hi = min(values), max(values)
@@ -130,6 +139,8 @@ def condition_holds(name: str, f: dict[str, Any]) -> bool:
             return f[field] >= int(value) if op == ">=" else f[field] <= int(value)
     if name.startswith("dtype="):
         return f["dtype"] == name[6:]
+    if name.startswith("data_regime="):
+        return f["data_regime"] == name[len("data_regime="):]
     if name.endswith("=true") or name.endswith("=false"):
         field, value = name.rsplit("=", 1)
         return bool(f[field]) == (value == "true")
