@@ -1,15 +1,15 @@
 """Per-regime sweeps of one backend: outcome counts and gate margins per regime and dtype.
 
 For each data regime (attnconfig.regimes) a sweep of --samples configs of that regime alone is
-drawn (the default distribution otherwise, one seed) and every config is run and judged as a
-sweep judges it (sweeps.runner.run_config, the sweep policy's gates). Printed per regime and
-dtype: configs, pass / fail / nan / other outcomes, and the gate margins: the largest observed
-metric over its bound (out_rms / rms, out_row_err / row, lse_max_abs / lse,
+run through `attnsweep run` (the default distribution otherwise, one seed; the embedded store,
+its process pool and thread caps, as users run it) and read back from its SQLite file. Printed
+per regime and dtype: configs, pass / fail / nan / other outcomes, and the gate margins: the
+largest observed metric over its bound (out_rms / rms, out_row_err / row, lse_max_abs / lse,
 partials_row_err / row); a margin above 1 is a failure, and a calibration wants the worst
 margin of a correct kernel at 0.5 or less. Writes results.jsonl.gz (one line per config),
-summary.json and coverage.json (sweeps.coverage) in --out.
+summary.json, coverage.json (sweeps.coverage) and each sweep's log in --out.
 
-    python3 tools/evidence/regimes.py --backend cuda --samples 2000 --out DIR
+    python3 tools/evidence/regimes.py --backend cuda --samples 2000 --jobs 16 --out DIR
     python3 tools/evidence/regimes.py --backend cpu --samples 300 --jobs 2 --out /tmp/regimes
 """
 from __future__ import annotations
@@ -17,45 +17,47 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import sqlite3
+import subprocess
 import sys
 import time
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from attnconfig import DTYPES, parse_config  # noqa: E402
+from attnconfig import DTYPES  # noqa: E402
 from attnconfig.regimes import REGIMES  # noqa: E402
 
 MARGINS = (("rms", "out_rms", "rms"), ("row", "out_row_err", "row"), ("lse", "lse_max_abs", "lse"),
            ("partials", "partials_row_err", "row"), ("partials_lse", "partials_lse_max_abs", "lse"))
-_backend = None
+METRICS = ("out_rms", "out_row_err", "out_max_abs", "lse_max_abs", "partials_row_err", "partials_lse_max_abs",
+           "out_nonfinite", "lse_inf_mismatch")
 
 
-def _run(args: tuple[str, dict]) -> dict:
-    """One config in a pool process (the backend is built once per process)."""
-    global _backend
-    from kernels import get_backend
-    from sweeps.runner import run_config
-
-    name, config = args
-    if _backend is None:
-        _backend = get_backend(name)
-    r = run_config(parse_config(config), _backend)
-    return {"config": r.config.to_dict(), "outcome": r.outcome, "failed_gate": r.failed_gate, "detail": r.detail[:500],
-            "variant": r.variant, "gates": r.gates, "metrics": r.metrics}
-
-
-def _budget(backend: str) -> int:
-    from sweeps.filters import splitkv_budget
-
-    if backend in ("cpu", "hostemu"):
-        return splitkv_budget(None, None)
-    from kernels import get_backend
-
-    return splitkv_budget(get_backend(backend).device_info().total_memory, None)
+def run_regime(backend: str, regime: str, samples: int, seed: int, dtypes: str, jobs: int, out: Path) -> list[dict]:
+    """One regime's sweep through `attnsweep run`, read back from its SQLite file: a dict per config."""
+    db = out / f"{regime}.db"
+    db.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "cli", "run", "--db", str(db), "--backend", backend, "--samples", str(samples),
+           "--seed", str(seed), "--dtypes", dtypes, "--regimes", regime, "--jobs", str(jobs), "--no-triage",
+           "--fail-on", "error"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    (out / f"{regime}.log").write_text(proc.stdout[-20000:] + proc.stderr[-20000:])
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    rows = []
+    for r in con.execute(f"SELECT config, outcome, failed_gate, detail, variant, gates, facts, {', '.join(METRICS)} "
+                         "FROM config_runs ORDER BY seq"):
+        metrics = {k: r[k] for k in METRICS} | (json.loads(r["facts"]) if r["facts"] else {})
+        rows.append({"config": json.loads(r["config"]), "outcome": r["outcome"], "failed_gate": r["failed_gate"],
+                     "detail": (r["detail"] or "")[:500], "variant": r["variant"],
+                     "gates": json.loads(r["gates"]) if r["gates"] else None, "metrics": metrics})
+    con.close()
+    for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        p.unlink(missing_ok=True)
+    return rows
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -102,25 +104,18 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     from sweeps.coverage import coverage_report, coverage_summary
-    from sweeps.sampler import sample
-    from sweeps.spec import SweepSpec
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    budget = _budget(a.backend)
-    work = []
-    for regime in a.regimes.split(","):
-        spec = SweepSpec(samples=a.samples, seed=a.seed, backend=a.backend, dtypes=a.dtypes.split(","),
-                         data_regimes=[regime])
-        work += [(a.backend, c.to_dict()) for c in sample(spec, budget).configs]
     t0 = time.time()
     rows: list[dict] = []
-    with gzip.open(out / "results.jsonl.gz", "wt") as fh, ProcessPoolExecutor(a.jobs) as pool:
-        for i, row in enumerate(pool.map(_run, work, chunksize=4)):
-            rows.append(row)
-            fh.write(json.dumps(row, default=str) + "\n")
-            if (i + 1) % 200 == 0:
-                print(f"{i + 1}/{len(work)} configs, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    with gzip.open(out / "results.jsonl.gz", "wt") as fh:
+        for regime in a.regimes.split(","):
+            got = run_regime(a.backend, regime, a.samples, a.seed, a.dtypes, a.jobs, out)
+            rows += got
+            fh.writelines(json.dumps(row, default=str) + "\n" for row in got)
+            fh.flush()
+            print(f"{regime}: {len(got)} configs, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     summary = summarize(rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
     report = coverage_report([(r["config"], r["outcome"], r["metrics"], r["variant"]) for r in rows],

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from attnconfig import parse_config
-from kernels.backends.base import NUMERIC_DEFECTS, Backend
+from kernels.backends.base import DATA_DEFECTS, NUMERIC_DEFECTS, Backend
 from kernels.backends.cpu import CpuEmulationBackend
 from reference import attention_exact, attention_lowprec, attention_splitkv, make_inputs, verify_outputs
 
@@ -138,6 +138,20 @@ def test_causal_off_by_one_gives_wrong_output():
 def test_defects_do_nothing_where_they_cannot_trigger():
     c = cfg(seq_len_k=256, split_kv=4)  # non-causal, 8 blocks over 4 splits: nothing empty or invalid
     base, _ = run(c)
-    for defect in NUMERIC_DEFECTS:
+    for defect in set(NUMERIC_DEFECTS) - DATA_DEFECTS:
         other, _ = run(c, {defect})
         np.testing.assert_array_equal(other.out, base.out)
+
+
+def test_combine_no_max_shift_is_wrong_only_where_logits_leave_exps_range():
+    # Unshifted weights round differently but pass the gates while |LSE| is small; large logits
+    # overflow exp(LSE_s) to inf, and the output turns NaN.
+    for regime in ("normal", "uniform", "cancellation"):
+        c = cfg(data_regime=regime)
+        _, good = run(c)
+        _, m = run(c, {"combine_no_max_shift"})
+        assert m["out_nonfinite"] == 0 and m["out_row_err"] < 2 * good["out_row_err"] + 1e-3, (regime, m)
+    c = cfg(data_regime="large_logits")
+    _, good = run(c)
+    _, m = run(c, {"combine_no_max_shift"})
+    assert good["out_nonfinite"] == 0 and m["out_nonfinite"] > 0
