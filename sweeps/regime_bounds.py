@@ -13,8 +13,10 @@ divides by, while P's rounding error does not shrink with it: its RMS threshold 
 UNIFORM_RMS_FACTOR times the dtype's. The row gate, normalised by the rows of |P|·|V|, is
 unchanged.
 
-PROVISIONAL: LOGIT_ULPS is a guess from the error analysis above; the GPU calibration
-(tools/evidence/regimes.py) replaces it by measured margins.
+LOGIT_ULPS is measured: on an H100, 2,000 configs of each regime (tools/evidence/regimes.py),
+the correct kernels' LSE was off by up to 28 f32 ulps of the logit scale (`outliers`, f16: the
+products of its large channels sum to more than the logit spread the scale estimates); 64 keeps
+the worst at 0.44 of its bound (docs/spec.md §5).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import numpy as np
 from attnconfig.config import AttentionConfig
 from reference.regimes import regime_plan
 
-LOGIT_ULPS = 8          # f32 ulps of the logit scale a correct kernel's logits may be off by
+LOGIT_ULPS = 64         # f32 ulps of the logit scale a correct kernel's logits may be off by
 UNIFORM_RMS_FACTOR = 4
 
 

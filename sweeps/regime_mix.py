@@ -22,7 +22,7 @@ from attnconfig.config import AttentionConfig
 from attnconfig.regimes import DEFAULT_REGIME, REGIMES
 
 REGIME_MIX: dict[str, float] = {r: (0.5 if r == DEFAULT_REGIME else 0.1) for r in REGIMES}
-DEFAULT_REGIME_MIX: dict[str, float] = {DEFAULT_REGIME: 1.0}
+DEFAULT_REGIME_MIX: dict[str, float] = dict(REGIME_MIX)
 REGIME_STREAM = 0x5E61
 
 
