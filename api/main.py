@@ -10,7 +10,7 @@ from api.deps import check_text_params
 from api.errors import BodyLimit, SafeJSONResponse, install_error_handlers
 from api import dashboard
 from api.docs import install_docs
-from api.routes import ci, failures, health, metrics, sweeps, webhooks, workers
+from api.routes import bisect, ci, failures, health, metrics, sweeps, webhooks, workers
 from api.telemetry import Telemetry
 from settings import Settings, get_settings
 from store.db import session_factory
@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.middleware("http")(app.state.telemetry.middleware)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    for module in (sweeps, failures, workers, health, metrics, webhooks, ci, dashboard):
+    for module in (sweeps, failures, workers, health, metrics, webhooks, ci, bisect, dashboard):
         app.include_router(module.router)
     _describe_openapi(app)
     install_docs(app)

@@ -37,6 +37,7 @@ class _Repository(_Model):
 
 class _Push(_Model):
     ref: storable_str(255, 1)  # type: ignore[valid-type]
+    before: str | None = Field(default=None, pattern=SHA)
     after: str = Field(pattern=SHA)
     deleted: bool = False
     repository: _Repository
@@ -69,6 +70,9 @@ class CiEvent:
     commit_sha: str
     base_ref: str | None = None
     pr_number: int | None = None
+    # A push: the branch's commit before it (None for a new branch), where a bisection of the
+    # commits it brought starts.
+    before: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,8 @@ def parse_event(name: str, payload: Any) -> CiEvent | Ignored:
         push = _validate(_Push, payload)
         if not push.ref.startswith(BRANCH_PREFIX):
             return Ignored(f"push to {push.ref}: only branch pushes are swept")
-        return CiEvent("push", push.repository.full_name, push.ref, push.after)
+        before = push.before if push.before not in (None, ZERO_SHA) else None
+        return CiEvent("push", push.repository.full_name, push.ref, push.after, before=before)
     if name == "pull_request":
         action = payload.get("action") if isinstance(payload, dict) else None
         if isinstance(action, str) and action not in SWEPT_ACTIONS:

@@ -7,7 +7,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from attnconfig.outcomes import FAILING_OUTCOMES, METRIC_KEYS
-from ci.verdict import failures_text, judge, new_bugs
+from ci.verdict import bisection_text, failures_text, judge, new_bugs
+from store import bisections as bisection_store
 from store import clusters as triage_store
 from store import repo
 from store.queries import failure_rate
@@ -31,6 +32,19 @@ def base_sweep(session: Session, sweep: Sweep) -> Sweep | None:
         return None
     q = (select(Sweep)
          .where(Sweep.repository == sweep.repository, Sweep.ref == sweep.base_ref, Sweep.status == "done",
+                Sweep.event == "push", Sweep.id != sweep.id)
+         .order_by(Sweep.finished_at.desc(), Sweep.id.desc()).limit(1))
+    return session.scalars(q).first()
+
+
+def before_sweep(session: Session, sweep: Sweep) -> Sweep | None:
+    """The latest finished push sweep of a push's `before` commit in the same repository: what
+    its failures are new against (workers/bisect.py)."""
+    before = ((sweep.request or {}).get("ci") or {}).get("before")
+    if sweep.event != "push" or not before:
+        return None
+    q = (select(Sweep)
+         .where(Sweep.repository == sweep.repository, Sweep.commit_sha == before, Sweep.status == "done",
                 Sweep.event == "push", Sweep.id != sweep.id)
          .order_by(Sweep.finished_at.desc(), Sweep.id.desc()).limit(1))
     return session.scalars(q).first()
@@ -99,11 +113,23 @@ def commit_status(session: Session, sweep: Sweep, with_failures: bool = True) ->
     out["new_bugs"] = new_bugs(judgement, bugs) if bugs is not None else None
     out["summary"] = (failures_text(judgement, len(failing), bugs, base is not None and sweep.event == "pull_request")
                       if judgement.verdict in ("pass", "fail") else None)
+    bisection = bisection_store.bisection_for_sweep(session, sweep.id)
+    out["bisection"] = bisection_brief(bisection) if bisection is not None else None
+    out["first_bad_commit"] = bisection.first_bad if bisection is not None and bisection.status == "done" else None
+    if bisection is not None and out["summary"]:
+        out["summary"] += "; " + bisection_text(bisection.status, bisection.first_bad, bisection.candidates or ())
     if runs is not None:
         by_hash = {r.config_hash: r for r in runs}
         out["new_failures"] = [failure_public(by_hash[h]) for h in judgement.new]
         out["known_failures"] = [failure_public(by_hash[h]) for h in judgement.known]
     return out
+
+
+def bisection_brief(row: Any) -> dict[str, Any]:
+    """A CI sweep's bisection as GET /ci/{sha} shows it (the whole of it: GET /bisect/{id})."""
+    return {"id": row.id, "status": row.status, "good": row.good, "bad": row.bad, "first_bad": row.first_bad,
+            "candidates": row.candidates or [], "configs": len(row.configs or []), "error": row.error,
+            "url": f"/bisect/{row.id}"}
 
 
 def ci_sweeps(session: Session, repository: str | None, limit: int, offset: int) -> list[Sweep]:

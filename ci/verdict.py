@@ -15,6 +15,10 @@ Failures are reported by bug once the sweep's triage stored its clusters (store/
 "2 bugs in 119 failing configs" for a push, "2 new bugs in 119 failing configs" for a pull
 request, where a bug is new when any of its configs is a new failure. Until then (or without a
 triage) the wording counts configs only.
+
+A push whose failures are new at its `before` commit and that brought several commits is
+bisected (workers/bisect.py); the text then ends "; bisecting" while that runs and "; first bad
+commit abc123456789" once it is known (`bisection_text`).
 """
 from __future__ import annotations
 
@@ -72,3 +76,17 @@ def failures_text(judgement: Judgement, failing: int, clusters: Sequence[Collect
     text = f"{_plural(fresh, 'new bug')} in {_plural(failing, 'failing config')}"
     known = len(clusters) - fresh
     return text + (f" ({_plural(known, 'bug')} known on the base branch)" if known else "")
+
+
+SHORT_SHA = 12
+
+
+def bisection_text(status: str, first_bad: str | None, candidates: Sequence[str] = ()) -> str:
+    """A CI bisection's state in words, for the end of the failures text and the commit status."""
+    if status in ("queued", "running"):
+        return "bisecting"
+    if status == "done" and first_bad:
+        return f"first bad commit {first_bad[:SHORT_SHA]}"
+    if status == "done":
+        return f"first bad commit one of {_plural(len(candidates), 'commit')} (untestable commits between)"
+    return "bisection failed"

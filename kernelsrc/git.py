@@ -73,7 +73,7 @@ def _repository(repo: str, cache_dir: Path, commit: str) -> Path:
     path = Path(repo).expanduser()
     if "://" not in repo and not re.match(r"^[\w.-]+@[\w.-]+:", repo):
         if not path.is_dir():
-            raise KernelRepoError(f"ATTNSWEEP_KERNEL_REPO={repo!r} is neither a URL nor an existing folder")
+            raise KernelRepoError(f"{repo!r} is neither a URL nor an existing folder on this host")
         return path
     return _mirror(repo, cache_dir, commit)
 

@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     triage_shrink_runs: int = Field(default=100, ge=1)
     triage_shrink_seconds: float = Field(default=60.0, gt=0)
     triage_run_time_limit_s: float = Field(default=30.0, ge=0)
+    # Bisections (POST /bisect, and a CI push's new failures: workers/bisect.py): Celery's hard
+    # limit for one bisection task; passing it stores the bisection `error`.
+    bisect_time_limit_s: float = Field(default=3600.0, gt=0)
 
     # --- CI integration (POST /webhooks/ci, GET /ci/...) -------------------------------------
     # Where CI sweeps read kernels/src at the pushed commit: a git URL or a local path.
@@ -104,6 +107,9 @@ class Settings(BaseSettings):
     ci_seed: int = Field(default=1, ge=0)
     # Further sweep-request fields of every CI sweep (JSON: dtypes, ranges, max_tokens, ...).
     ci_spec: dict[str, Any] = Field(default_factory=dict)
+    # A push whose sweep has new failures and that brought several commits is bisected for its
+    # first bad commit over at most this many of those failing configs (one per bug); 0: never.
+    ci_bisect_configs: int = Field(default=3, ge=0, le=20)
     # Commit statuses (ci/notify.py): with a token, the state of a CI sweep is posted to
     # STATUS_API/repos/OWNER/NAME/statuses/SHA (GitHub's statuses API) when it starts and ends.
     status_token: str = ""

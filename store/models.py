@@ -283,3 +283,46 @@ class Cluster(Base):
     first_bad_commit: Mapped[str | None] = mapped_column(String(64))
     runs: Mapped[int | None] = mapped_column(Integer)  # real runs its shrink and classification spent
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Bisection(Base):
+    """Revision 0008: the search for the first commit of a kernel repository at which configs fail
+    (triage/bisect.py), asked for by POST /bisect or started for a CI push whose sweep has new
+    failures. A worker claims it (queued -> running, `attempts` + 1: the claim's token), writes
+    the commits tested so far with each heartbeat, and stores the result (done) or the reason it
+    has none (error) once, under its own claim."""
+
+    __tablename__ = "bisections"
+    # One bisection per CI sweep: a triage computed again does not start a second.
+    __table_args__ = (UniqueConstraint("sweep_id", name="uq_bisections_sweep_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)  # queued, running, done, error
+    # The request: the repository (a path or a URL as the worker reads it), the two ends as given,
+    # the configs and how they run.
+    repo: Mapped[str] = mapped_column(String(1000))
+    good: Mapped[str] = mapped_column(String(255))
+    bad: Mapped[str] = mapped_column(String(255))
+    backend: Mapped[str] = mapped_column(String(16))
+    configs: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    defects: Mapped[list[str]] = mapped_column(JSON)
+    err_ratio_gate: Mapped[float | None] = mapped_column(Float)
+    # The result (BisectResult.to_dict); `tested` grows while it runs.
+    first_bad: Mapped[str | None] = mapped_column(String(64))
+    steps: Mapped[int | None] = mapped_column(Integer)
+    skipped: Mapped[list[str] | None] = mapped_column(JSON)
+    tested: Mapped[list[list[str]] | None] = mapped_column(JSON)
+    candidates: Mapped[list[str] | None] = mapped_column(JSON)
+    runs: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    # A CI push's bisection: the repository (owner/name), the pushed commit and its sweep.
+    repository: Mapped[str | None] = mapped_column(String(200))
+    commit_sha: Mapped[str | None] = mapped_column(String(64), index=True)
+    sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"))
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Set when its task is published to the broker (null: not yet, the reconciler publishes it).
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -85,6 +85,9 @@ def start_ci_sweep(session: Session, celery: Celery, settings: Settings, event: 
     source = read_kernels(settings.kernel_repo, event.commit_sha, settings.kernel_repo_cache)
     request_extra = {"ci": {"event": event.event, "repository": event.repository, "ref": event.ref,
                             "commit_sha": event.commit_sha, "delivery": delivery_id}}
+    if event.before is not None:
+        # Where the push's commits start: its new failures are bisected from here (workers/bisect.py).
+        request_extra["ci"]["before"] = event.before
 
     def also_store(s: Session, sweep: Sweep) -> None:
         sweep.repository, sweep.ref, sweep.commit_sha, sweep.event = event.repository, event.ref, event.commit_sha, event.event

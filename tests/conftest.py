@@ -1,8 +1,10 @@
-"""Shared fixtures: a fresh SQLite file or a fresh PostgreSQL database per test."""
+"""Shared fixtures: a fresh SQLite file or a fresh PostgreSQL database per test; a kernel
+repository of many commits, one of which turns a defect on (tests/kernel_repo.py)."""
 from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -46,3 +48,12 @@ def db_url(request, tmp_path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'attnsweep.db'}"
     else:
         yield request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(scope="session")
+def kernel_repo(tmp_path_factory) -> tuple[Path, list[str]]:  # noqa: ANN001
+    """(the repository's folder, its commit ids oldest first): tests/kernel_repo.py. Read only."""
+    from tests.kernel_repo import build_kernel_repo
+
+    repo = tmp_path_factory.mktemp("kernel-repo")
+    return repo, build_kernel_repo(repo)

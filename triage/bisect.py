@@ -11,13 +11,15 @@ stepped around as `git bisect skip` does: the untested commit nearest the midpoi
 instead. Both ends are checked first: a `good` that fails or a `bad` that passes is an error.
 
 `steps` counts the commits tested between the ends (skipped ones included), the two end
-checks not: ceil(log2(n)) for n commits without skips.
+checks not: ceil(log2(n)) for n commits without skips. `progress`, when given, is called with the
+result so far after each commit tested (a worker stores it as its heartbeat); whatever it raises
+stops the bisection.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from attnconfig import AttentionConfig, parse_config
 from kernelsrc.git import first_parent_commits, read_kernels
@@ -50,17 +52,19 @@ def _cache_dir() -> Path:
 
 def bisect(repo: str, good: str, bad: str, configs: Sequence[AttentionConfig | dict[str, Any]], backend: str = "cpu",
            *, defects: frozenset[str] | tuple[str, ...] = frozenset(), cache_dir: Path | None = None,
-           time_limit_s: float | None = 60.0) -> BisectResult:
+           time_limit_s: float | None = 60.0, err_ratio_gate: float | None = None,
+           progress: Callable[[BisectResult], None] | None = None) -> BisectResult:
     """Bisect `good`..`bad` of `repo` (a path or URL) for the first commit where `configs` fail."""
-    cache = cache_dir or _cache_dir()
-    commits = first_parent_commits(repo, good, bad, cache)
     parsed = [parse_config(c) for c in configs]
     if not parsed:
         raise ValueError("bisect needs at least one config")
+    cache = cache_dir or _cache_dir()
+    commits = first_parent_commits(repo, good, bad, cache)
     result = BisectResult(None, 0, [])
 
     def verdict(sha: str) -> str:
-        runner = Runner(backend, defects, read_kernels(repo, sha, cache), time_limit_s=time_limit_s)
+        runner = Runner(backend, defects, read_kernels(repo, sha, cache), err_ratio_gate=err_ratio_gate,
+                        time_limit_s=time_limit_s)
         try:
             outcome = "good"
             for c in parsed:
@@ -74,6 +78,8 @@ def bisect(repo: str, good: str, bad: str, configs: Sequence[AttentionConfig | d
             result.runs += runner.runs
             runner.close()
         result.tested.append((sha, outcome))
+        if progress is not None:
+            progress(result)
         return outcome
 
     for sha, want in ((commits[0], "good"), (commits[-1], "bad")):

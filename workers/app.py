@@ -27,6 +27,7 @@ from settings import Settings, get_settings
 
 TASK_RUN_CONFIGS = "attnsweep.run_configs"
 TASK_TRIAGE = "attnsweep.triage_sweep"
+TASK_BISECT = "attnsweep.bisect"
 PRIORITY_STEPS = [0, 3, 6, 9]
 CI_PRIORITY = 0      # Redis: the lowest step is popped first
 SWEEP_PRIORITY = 6   # nightly and other API sweeps

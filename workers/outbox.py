@@ -19,7 +19,9 @@ one at a time across workers through a lock in Redis) makes the broker agree wit
    cannot keep its sweep running for ever;
 3. ends `done` every active sweep none of whose configs is still queued;
 4. publishes the triage task of every finished sweep whose triage is pending and unpublished
-   (workers/triage.py).
+   (workers/triage.py);
+5. queues again every running bisection whose worker's heartbeat stopped, and publishes the task
+   of every queued bisection not yet published (workers/bisect.py).
 
 Publishing takes row locks (FOR UPDATE SKIP LOCKED on PostgreSQL), so the submitter and the
 reconciler never publish the same config twice. A config that is published twice anyway (a
@@ -47,6 +49,7 @@ from settings import Settings
 from store import repo
 from store.models import ConfigRun, Sweep
 from workers.app import CI_PRIORITY, PRIORITY_STEPS, SWEEP_PRIORITY, TASK_RUN_CONFIGS, redis_client
+from workers.bisect import publish_pending as publish_bisections
 from workers.triage import publish_pending as publish_triage
 from workers.enqueue import enqueue_configs
 
@@ -268,7 +271,8 @@ class Reconciler:
 
     def run_once(self, session_factory: Callable[[], Session]) -> dict[str, int]:
         """One pass; returns what it did. Raises when the broker or the database cannot be reached."""
-        done = {"published_tasks": 0, "requeued": 0, "given_up": 0, "finished": 0, "triage_published": 0}
+        done = {"published_tasks": 0, "requeued": 0, "given_up": 0, "finished": 0, "triage_published": 0,
+                "bisections_published": 0}
         if not self._lock():
             return done
         with session_factory() as session:
@@ -281,6 +285,7 @@ class Reconciler:
             # Triage tasks of finished sweeps that no one published (the broker refused, or the
             # sweep was ended here or by a process without a Celery app).
             done["triage_published"] = publish_triage(session, self.celery, self.settings)
+            done["bisections_published"] = publish_bisections(session, self.celery, self.settings)
         return done
 
     def _requeue_vanished(self, session: Session) -> tuple[int, int]:

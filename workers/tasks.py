@@ -1,5 +1,5 @@
-"""The Celery tasks: thin wrappers that hand a batch of configs to workers.execute, and a
-finished sweep to workers.triage.
+"""The Celery tasks: thin wrappers that hand a batch of configs to workers.execute, a
+finished sweep to workers.triage and a bisection to workers.bisect.
 
 A batch that cannot reach the database is retried with backoff, never acknowledged as done:
 the task is published again (same arguments, queue and priority) with a countdown of 2, 4, 8 ...
@@ -15,7 +15,7 @@ from typing import Any
 from celery import Task, shared_task
 from celery.exceptions import TimeLimitExceeded
 
-from workers.app import TASK_RUN_CONFIGS, TASK_TRIAGE
+from workers.app import TASK_BISECT, TASK_RUN_CONFIGS, TASK_TRIAGE
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +95,41 @@ def triage_sweep(self: TriageTask, sweep_id: int) -> str:
     from workers.triage import run_triage
 
     try:
-        return run_triage(self.settings.database_url, sweep_id, self.settings)
+        return run_triage(self.settings.database_url, sweep_id, self.settings, celery=self.app)
     except Exception as exc:
         if not is_unreachable(exc):
             raise
         countdown = db_retry_countdown(self.request.retries)
         log.warning("triage of sweep %s: the database cannot be reached (%s); retried in %.0f s",
                     sweep_id, type(exc).__name__, countdown)
+        raise self.retry(exc=exc, countdown=countdown) from None
+
+
+class BisectTask(ConfigBatchTask):
+    """Acknowledged late like a batch: a bisection delivered again finds it running (and does
+    nothing) or, once its dead worker's heartbeat is stale, queued again by the reconciler
+    (workers.bisect). Its hard time limit (settings.bisect_time_limit_s, sent with the task)
+    stores the bisection `error`."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        from workers.bisect import record_failure
+
+        bisection_id = list(args)[0] if args else kwargs["bisection_id"]
+        record_failure(self.settings.database_url, bisection_id, f"{type(exc).__name__}: {exc}")
+
+
+@shared_task(name=TASK_BISECT, bind=True, base=BisectTask)
+def bisect_commits(self: BisectTask, bisection_id: int) -> str:
+    """Find the first bad commit of stored bisection `bisection_id`; store it."""
+    from store.db import is_unreachable
+    from workers.bisect import run_bisection
+
+    try:
+        return run_bisection(self.settings.database_url, bisection_id, self.settings)
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+        countdown = db_retry_countdown(self.request.retries)
+        log.warning("bisection %s: the database cannot be reached (%s); retried in %.0f s",
+                    bisection_id, type(exc).__name__, countdown)
         raise self.retry(exc=exc, countdown=countdown) from None

@@ -12,6 +12,10 @@ task, or a second call, finds it done and computes nothing), runs triage.sweep.t
 within the settings' bounds (the largest TRIAGE_CLUSTERS clusters shrunk, each shrink bounded
 in runs and seconds, each run in seconds) and stores the clusters, replacing any earlier ones.
 Any error is stored as the triage's `failed` reason: a triage never fails the sweep.
+
+A CI push sweep's bisection (workers/bisect.py) is planned here and stored in the transaction that
+stores the triage, done or failed, so the decision is made once per triage; its task is
+published after that commit (or by the reconciler).
 """
 from __future__ import annotations
 
@@ -38,11 +42,13 @@ def triage_bounds(settings: Settings) -> dict[str, Any]:
 
 
 def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, backend: str | None = None,
-               force: bool = False, bounds: dict[str, Any] | None = None) -> str:
+               force: bool = False, bounds: dict[str, Any] | None = None, celery: Celery | None = None) -> str:
     """Compute and store the sweep's clusters unless another call did (or does); returns the
     triage's status afterwards (done, failed; running when another holds it; none when there
-    is no such sweep). `bounds` replace the settings' (triage_bounds' keys)."""
+    is no such sweep). `bounds` replace the settings' (triage_bounds' keys). With `celery`, the
+    CI bisection it stores is published here."""
     from triage.sweep import triage_sweep
+    from workers.bisect import ci_bisection_plan, store_plan
 
     settings = settings or get_settings()
     with session_scope(url) as s:
@@ -53,29 +59,56 @@ def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, bac
     try:
         with session_scope(url) as s:
             found = [c.to_dict() for c in triage_sweep(s, sweep_id, backend, **{**triage_bounds(settings), **(bounds or {})})]
+        plan = ci_bisection_plan(url, sweep_id, settings, found)
         with session_scope(url) as s:
             stored.store_clusters(s, sweep_id, found)
+            store_plan(s, plan)
     except BaseException as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         log.exception("triage of sweep %s failed", sweep_id)
-        record_failure(url, sweep_id, reason)
         if not isinstance(exc, Exception):
+            record_failure(url, sweep_id, reason)
             raise
-        return "failed"
-    # A CI sweep's commit status again, now counting bugs (ci.verdict.failures_text).
+        # The new failures are bisected all the same, from the sweep's results alone.
+        record_failure(url, sweep_id, reason, ci_bisection_plan(url, sweep_id, settings, None))
+        outcome = "failed"
+    else:
+        outcome = "done"
+    if celery is not None:
+        publish_sweep_bisection(url, celery, settings, sweep_id)
+    # A CI sweep's commit status again, now counting bugs (ci.verdict.failures_text) and saying
+    # whether its first bad commit is being looked for.
     from ci.notify import sweep_ended as post_final_status
 
     post_final_status(sweep_id, url)
-    return "done"
+    return outcome
 
 
-def record_failure(url: str, sweep_id: int, reason: str) -> None:
-    """Store the triage failed with `reason`; a database that is away too is logged, not raised."""
+def record_failure(url: str, sweep_id: int, reason: str, bisection: dict[str, Any] | None = None) -> None:
+    """Store the triage failed with `reason` (and the CI bisection planned without it); a
+    database that is away too is logged, not raised."""
+    from workers.bisect import store_plan
+
     try:
         with session_scope(url) as s:
             stored.fail_triage(s, sweep_id, reason)
+            store_plan(s, bisection)
     except Exception:  # noqa: BLE001 - the row stays running and is taken again once stale
         log.exception("triage of sweep %s: its failure was not stored", sweep_id)
+
+
+def publish_sweep_bisection(url: str, celery: Celery, settings: Settings, sweep_id: int) -> None:
+    """Publish the task of the sweep's CI bisection when it is queued and unpublished; the
+    reconciler publishes it when the broker does not take it now."""
+    from workers.bisect import publish_bisection, queued_for_sweep
+
+    try:
+        with session_scope(url) as s:
+            bisection_id = queued_for_sweep(s, sweep_id)
+            if bisection_id is not None:
+                publish_bisection(s, celery, settings, bisection_id)
+    except Exception:  # noqa: BLE001 - the reconciler publishes it
+        log.exception("sweep %s: its CI bisection was not published", sweep_id)
 
 
 def publish_triage(session: Session, celery: Celery, settings: Settings, sweep_id: int) -> bool:

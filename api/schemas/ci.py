@@ -42,6 +42,20 @@ class CiFailure(BaseModel):
     reproducer: str | None
 
 
+class CiBisection(BaseModel):
+    """The bisection of a push whose sweep has new failures (GET /bisect/{id} has all of it)."""
+
+    id: int = Field(description="the bisection's id")
+    status: Literal["queued", "running", "done", "error"] = Field(description="queued, running, done or error")
+    good: str = Field(description="the push's `before` commit, where it starts")
+    bad: str = Field(description="the pushed commit")
+    first_bad: str | None = Field(description="the first commit at which a new failure fails; null until done")
+    candidates: list[str] = Field(description="when untestable commits leave it ambiguous: the commits it may be")
+    configs: int = Field(description="new failing configs it runs (one per bug)")
+    error: str | None = Field(description="why it has no result (the repository cannot be read from the worker, ...)")
+    url: str = Field(description="GET /bisect/{id}")
+
+
 class CiStatus(BaseModel):
     """A commit's CI sweep: its state and verdict (pending, pass, fail, error) and its failures.
     For a pull request, `new_failures` fail the check and `known_failures` (also failing on the
@@ -77,7 +91,13 @@ class CiStatus(BaseModel):
     new_bugs: int | None = Field(description="bugs with at least one new failure (every bug of a push); null before "
                                              "the triage")
     summary: str | None = Field(description="the failures in words: '2 new bugs in 119 failing configs' once triaged, "
-                                            "'119 failing' before; null until the sweep ends")
+                                            "'119 failing' before, then '; bisecting' or '; first bad commit "
+                                            "abc123456789' for a push whose new failures are bisected; null until the "
+                                            "sweep ends")
+    bisection: CiBisection | None = Field(
+        default=None, description="a push with new failures that brought several commits: the search for the first "
+                                  "bad one among them (started after the triage); null otherwise")
+    first_bad_commit: str | None = Field(default=None, description="the first bad commit once the bisection found it")
 
 
 class CiCommit(BaseModel):

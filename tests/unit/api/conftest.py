@@ -58,3 +58,38 @@ def published(settings, queue_kind: str = "cpu") -> list[dict]:  # noqa: ANN001
             out.append({"headers": msg.headers, "args": msg.payload[0]})
         queue.close()
     return out
+
+
+def run_queued(settings, queue_kind: str = "cpu", hold: tuple[str, ...] = ()) -> tuple[list[str], list[dict]]:  # noqa: ANN001
+    """Run every task waiting in a queue of the in-memory broker in this process, as a worker's
+    task would (workers/tasks.py: its app publishes what the task publishes), until the queue is
+    empty. Tasks named in `hold` are taken off the queue without running. Returns the names of
+    the tasks run, in order, and the tasks held."""
+    from workers.app import TASK_BISECT, TASK_RUN_CONFIGS, TASK_TRIAGE, create_celery
+    from workers.bisect import run_bisection
+    from workers.execute import execute_batch
+    from workers.triage import run_triage
+
+    celery = create_celery(settings)
+    url = settings.database_url
+    ran: list[str] = []
+    held: list[dict] = []
+    while True:
+        tasks = published(settings, queue_kind)
+        if not tasks:
+            return ran, held
+        for task in tasks:
+            name, args = task["headers"]["task"], task["args"]
+            if name in hold:
+                held.append(task)
+                continue
+            if name == TASK_RUN_CONFIGS:
+                sweep_id, items, backend, defects, err_ratio_gate = args
+                execute_batch(settings, sweep_id, items, backend, defects, err_ratio_gate, worker="inline", celery=celery)
+            elif name == TASK_TRIAGE:
+                run_triage(url, args[0], settings, celery=celery)
+            elif name == TASK_BISECT:
+                run_bisection(url, args[0], settings)
+            else:
+                raise AssertionError(f"unknown task {name}")
+            ran.append(name)

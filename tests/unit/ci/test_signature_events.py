@@ -26,6 +26,9 @@ def test_signature_is_githubs_hmac_sha256_of_the_raw_body():
 
 def test_push_and_pull_request_name_repository_ref_and_commit():
     assert parse_event("push", push_payload("o/r", "main", SHA)) == CiEvent("push", "o/r", "refs/heads/main", SHA)
+    # `before` is where the push's commits start (a new branch's all-zero one is none).
+    onto = parse_event("push", {**push_payload("o/r", "main", SHA), "before": "c" * 40})
+    assert onto == CiEvent("push", "o/r", "refs/heads/main", SHA, before="c" * 40)
     pr = parse_event("pull_request", pr_payload("o/r", 12, "fix/x", SHA, "main", "b" * 40, action="opened"))
     assert pr == CiEvent("pull_request", "o/r", "refs/heads/fix/x", SHA, base_ref="refs/heads/main", pr_number=12)
 
@@ -46,6 +49,7 @@ def test_other_events_and_actions_are_ignored(name, payload, why):
 @pytest.mark.parametrize("name,payload,field", [
     ("push", {"ref": "refs/heads/main", "repository": {"full_name": "o/r"}}, "after"),
     ("push", {**push_payload("o/r", "main", SHA), "after": "A" * 40}, "after"),
+    ("push", {**push_payload("o/r", "main", SHA), "before": "main"}, "before"),
     ("push", {**push_payload("o/r", "main", SHA), "repository": {}}, "repository.full_name"),
     ("pull_request", pr_payload("o/r", 1, "f", "123", "main", SHA), "pull_request.head.sha"),
     ("pull_request", {**pr_payload("o/r", 1, "f", SHA, "main", SHA), "number": 0}, "number"),

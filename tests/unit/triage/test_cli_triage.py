@@ -46,11 +46,11 @@ def test_triage_of_a_stored_sweep(sqlite_url):
     assert missing.exit_code == 2 and "no such sweep" in missing.output
 
 
-def test_bisect_json(tmp_path):
-    from tests.unit.triage.test_bisect import CONFIG, DEFECT, build_kernel_repo
+def test_bisect_json(kernel_repo):
+    from tests.kernel_repo import CONFIG, DEFECT
 
-    shas = build_kernel_repo(tmp_path)
-    got = runner.invoke(app, ["bisect", "--repo", str(tmp_path), "--good", shas[0], "--bad", shas[-1],
+    repo, shas = kernel_repo
+    got = runner.invoke(app, ["bisect", "--repo", str(repo), "--good", shas[0], "--bad", shas[-1],
                               "--config", json.dumps(CONFIG), "--json"])
     assert got.exit_code == 0, got.output
     out = json.loads(got.stdout)

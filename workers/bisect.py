@@ -1,0 +1,271 @@
+"""Bisections (triage/bisect.py) run by a worker, never by the API process.
+
+- POST /bisect stores a `queued` row (submit/bisect.py) and publishes one task
+  (`attnsweep.bisect`) to the queue of its backend: `cpu` and `hostemu` to the cpu queue, the
+  GPU backends to the GPU queue.
+- A CI push whose sweep has new failures (failing configs that did not fail on the finished push
+  sweep of its `before` commit; all of them when that commit has none) and that brought at least
+  MIN_COMMITS commits on its first-parent line is bisected from `before` to the pushed commit.
+  The worker that triages the sweep plans it (`plan_ci_bisection`) and stores it in the
+  transaction that stores the triage (workers/triage.py), so a triage that is done has made
+  the decision once. It runs at most ATTNSWEEP_CI_BISECT_CONFIGS of those configs: one per
+  bug (the triage's clusters, largest first: the member the triage started shrinking from
+  when that is a new failure, else the first new one), or the first new ones in sampled order
+  when the triage found no clusters. The repository is the deployment's
+  ATTNSWEEP_KERNEL_REPO, the one the webhook read the pushed commit from; a worker that cannot
+  read it stores the bisection `error` with the reason, and the sweep is untouched.
+
+`run_bisection` claims the row (store/bisections.py), runs the bisection with a heartbeat after
+each commit tested (the commits tested so far are stored with it), and stores the result once,
+under its claim. A task delivered again finds the bisection running or done and does nothing;
+a bisection whose worker died (no heartbeat for `stale_after_s`) is put back to queued and
+published again by the reconciler (workers.outbox), and one whose worker died MAX_ATTEMPTS
+times is stored `error`. A task the broker did not take is published by the reconciler too.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from settings import Settings, get_settings
+from store import bisections as stored
+from store.db import is_unreachable, session_scope
+from store.models import Bisection, ConfigRun, Sweep
+from store.repo import now
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+log = logging.getLogger(__name__)
+
+MIN_COMMITS = 2       # a push of one commit needs no bisection: that commit is the first bad one
+MAX_ATTEMPTS = 3      # claims of one bisection whose worker died each time before it is stored `error`
+DEFAULT_RUN_S = 60.0  # one run's share of the stale limit when runs have no time limit
+
+
+def stale_after_s(settings: Settings, configs: int) -> float:
+    """Seconds without a heartbeat after which a running bisection's worker is taken for dead: a
+    heartbeat follows each commit tested, which reads the commit and runs (and compiles) each
+    config once, each run within ATTNSWEEP_TRIAGE_RUN_TIME_LIMIT_S."""
+    run_s = settings.triage_run_time_limit_s or DEFAULT_RUN_S
+    return max(1, configs) * (run_s + 120.0) + 120.0
+
+
+class _ClaimLost(Exception):
+    """Another worker took the bisection again (this one was thought dead): stop, store nothing."""
+
+
+def _notify_ci(url: str, sweep_id: int | None) -> None:
+    if sweep_id is None:
+        return
+    # The CI sweep's commit status again, now naming the first bad commit (ci.verdict.bisection_text).
+    from ci.notify import sweep_ended as post_final_status
+
+    post_final_status(sweep_id, url)
+
+
+def run_bisection(url: str, bisection_id: int, settings: Settings | None = None) -> str:
+    """Run the bisection unless another worker runs (or ran) it; returns its status afterwards
+    (done, error; queued or running when another holds it; none when there is no such row)."""
+    from kernels.errors import BackendUnavailable
+    from kernelsrc.git import KernelRepoError
+    from triage.bisect import BisectError, BisectResult, bisect
+
+    settings = settings or get_settings()
+    with session_scope(url) as s:
+        row = s.get(Bisection, bisection_id)
+        if row is None:
+            return "none"
+        token = stored.claim(s, bisection_id, stale_after_s=stale_after_s(settings, len(row.configs or [])))
+        if token is None:
+            return row.status
+        request = {"repo": row.repo, "good": row.good, "bad": row.bad, "configs": list(row.configs),
+                   "backend": row.backend, "defects": frozenset(row.defects or ()), "err_ratio_gate": row.err_ratio_gate}
+        sweep_id = row.sweep_id
+    if token > MAX_ATTEMPTS:
+        _store_error(url, bisection_id, token, f"{token - 1} workers ended while running this bisection without "
+                                               "storing a result (killed, or a crash in a run); not run again")
+        _notify_ci(url, sweep_id)
+        return "error"
+    partial: list[BisectResult] = []
+
+    def progress(result: BisectResult) -> None:
+        partial[:] = [result]
+        with session_scope(url) as s:
+            if not stored.heartbeat(s, bisection_id, token, [list(t) for t in result.tested]):
+                raise _ClaimLost()
+
+    try:
+        result = bisect(request["repo"], request["good"], request["bad"], request["configs"], request["backend"],
+                        defects=request["defects"], err_ratio_gate=request["err_ratio_gate"],
+                        cache_dir=settings.kernel_repo_cache, time_limit_s=settings.triage_run_time_limit_s or None,
+                        progress=progress)
+    except _ClaimLost:
+        log.warning("bisection %s: another worker took it again; this run's result is dropped", bisection_id)
+        return "running"
+    except KernelRepoError as exc:
+        reason = str(exc) if exc.missing else f"the kernel repository cannot be read from this worker: {exc}"
+        _store_error(url, bisection_id, token, reason, partial)
+    except (BisectError, BackendUnavailable, ValueError) as exc:
+        _store_error(url, bisection_id, token, str(exc), partial)
+    except Exception as exc:  # noqa: BLE001 - any other failure is the bisection's error, never the worker's
+        if is_unreachable(exc):
+            raise  # the task retries; the claim goes stale and the reconciler queues it again
+        log.exception("bisection %s failed", bisection_id)
+        _store_error(url, bisection_id, token, f"{type(exc).__name__}: {exc}", partial)
+    except BaseException:
+        # Stopped (a shutdown, a time limit): the claim is left to go stale and be taken again.
+        raise
+    else:
+        with session_scope(url) as s:
+            if not stored.finish(s, bisection_id, token, result.to_dict()):
+                log.warning("bisection %s: another worker took it again; this run's result is dropped", bisection_id)
+                return "running"
+        _notify_ci(url, sweep_id)
+        return "done"
+    _notify_ci(url, sweep_id)
+    return "error"
+
+
+def _store_error(url: str, bisection_id: int, token: int | None, reason: str, partial: Sequence[Any] = ()) -> None:
+    with session_scope(url) as s:
+        last = partial[0].to_dict() if partial else None
+        stored.fail(s, bisection_id, token, reason, result=last)
+
+
+def record_failure(url: str, bisection_id: int, reason: str) -> None:
+    """Store the bisection `error` whoever holds it (the task itself failed: its hard time limit);
+    a database that is away too is logged, not raised."""
+    try:
+        with session_scope(url) as s:
+            stored.fail(s, bisection_id, None, reason)
+    except Exception:  # noqa: BLE001 - the row goes stale and is taken again
+        log.exception("bisection %s: its failure was not stored", bisection_id)
+
+
+# --- publishing -----------------------------------------------------------------------------------
+def publish_bisection(session: Session, celery: Celery, settings: Settings, bisection_id: int) -> bool:
+    """Publish the task of a queued bisection to its backend's queue and mark it published (the
+    caller commits). False when the broker did not take it (the reconciler tries again)."""
+    row = session.get(Bisection, bisection_id)
+    if row is None or row.status != "queued":
+        return False
+    # The broker's libraries load here, as in workers/triage.py.
+    from workers.app import TASK_BISECT, queue_kind
+
+    queue = settings.queue_name(queue_kind(row.backend))
+    try:
+        celery.send_task(TASK_BISECT, args=(bisection_id,), queue=queue, time_limit=settings.bisect_time_limit_s,
+                         argsrepr=f"(bisection={bisection_id})", kwargsrepr="{}")
+    except Exception as exc:  # noqa: BLE001 - kombu raises its own and the transport's errors
+        log.warning("bisection %s not published (%s); the reconciler publishes it", bisection_id, exc)
+        return False
+    stored.mark_enqueued(session, bisection_id)
+    return True
+
+
+def publish_pending(session: Session, celery: Celery, settings: Settings) -> int:
+    """Put back the bisections whose worker died, then publish every queued one not published."""
+    requeued = stored.requeue_stale(session, lambda row: stale_after_s(settings, len(row.configs or [])))
+    if requeued:
+        log.warning("bisections %s: no heartbeat from their workers; queued again", requeued)
+    session.commit()
+    done = sum(publish_bisection(session, celery, settings, b) for b in stored.unpublished(session))
+    session.commit()
+    return done
+
+
+# --- a CI push's bisection --------------------------------------------------------------------------
+def _representatives(new: Sequence[ConfigRun], clusters: Sequence[dict[str, Any]] | None, limit: int) -> list[ConfigRun]:
+    from attnconfig import parse_config
+
+    by_hash = {r.config_hash: r for r in new}
+    picked: list[str] = []
+    for cluster in clusters or ():
+        start = parse_config(cluster["example_config"]).content_hash()
+        members = [start, *(cluster.get("config_hashes") or ())]
+        chosen = next((h for h in members if h in by_hash), None)
+        if chosen is not None and chosen not in picked:
+            picked.append(chosen)
+    if not picked:
+        picked = [r.config_hash for r in new]
+    return [by_hash[h] for h in picked[:limit]]
+
+
+def plan_ci_bisection(url: str, sweep_id: int, settings: Settings,
+                      clusters: Sequence[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The bisection a finished CI push sweep is owed (Bisection columns), an `error` one when
+    the repository cannot be read here, or None when it is owed none (see the module docstring).
+    `clusters`: the triage's (Cluster.to_dict()), None when the triage failed."""
+    from ci.status import before_sweep, failing_hashes, failing_runs
+    from kernelsrc.git import KernelRepoError, first_parent_commits
+
+    if settings.ci_bisect_configs == 0:
+        return None
+    with session_scope(url) as s:
+        sweep = s.get(Sweep, sweep_id)
+        if sweep is None or sweep.event != "push" or sweep.status != "done" or not sweep.commit_sha:
+            return None
+        if stored.bisection_for_sweep(s, sweep_id) is not None:
+            return None
+        before = ((sweep.request or {}).get("ci") or {}).get("before")
+        if not before or before == sweep.commit_sha:
+            return None
+        base = before_sweep(s, sweep)
+        known = failing_hashes(s, base.id) if base is not None else set()
+        new = [r for r in failing_runs(s, sweep_id) if r.config_hash not in known]
+        if not new:
+            return None
+        chosen = _representatives(new, clusters, settings.ci_bisect_configs)
+        named = Counter(s.scalars(select(ConfigRun.backend).where(ConfigRun.sweep_id == sweep_id,
+                                                                 ConfigRun.backend.is_not(None))))
+        request = sweep.request or {}
+        plan: dict[str, Any] = {
+            "repo": settings.kernel_repo, "good": before, "bad": sweep.commit_sha,
+            "backend": named.most_common(1)[0][0] if named else sweep.backend,
+            "configs": [r.config for r in chosen], "defects": list(request.get("defects") or []),
+            "err_ratio_gate": request.get("err_ratio_gate"), "repository": sweep.repository,
+            "commit_sha": sweep.commit_sha, "sweep_id": sweep_id,
+        }
+    try:
+        commits = first_parent_commits(settings.kernel_repo, before, plan["bad"], settings.kernel_repo_cache)
+    except KernelRepoError as exc:
+        where = "" if exc.missing else "the kernel repository cannot be read from this worker: "
+        return {**plan, "status": "error", "error": f"{where}{exc}"}
+    if len(commits) - 1 < MIN_COMMITS:
+        return None
+    return plan
+
+
+def store_plan(session: Session, plan: dict[str, Any] | None) -> int | None:
+    """Store a planned CI bisection (queued, or error) unless its sweep has one; its id. The
+    caller commits, in the transaction that stores the triage."""
+    if plan is None or stored.bisection_for_sweep(session, plan["sweep_id"]) is not None:
+        return None
+    fields = {k: v for k, v in plan.items() if k not in ("status", "error")}
+    row = stored.create_bisection(session, **fields)
+    if plan.get("status") == "error":
+        row.status, row.error, row.finished_at = "error", plan["error"], now()
+        session.flush()
+    return row.id
+
+
+def ci_bisection_plan(url: str, sweep_id: int, settings: Settings,
+                      clusters: Sequence[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """plan_ci_bisection that never raises: a plan that cannot be made is logged, and the
+    triage is stored without it."""
+    try:
+        return plan_ci_bisection(url, sweep_id, settings, clusters)
+    except Exception:  # noqa: BLE001 - the triage must not fail for its bisection
+        log.exception("sweep %s: its CI bisection could not be planned", sweep_id)
+        return None
+
+
+def queued_for_sweep(session: Session, sweep_id: int) -> int | None:
+    """The id of the sweep's bisection when it is queued and not yet published."""
+    row = stored.bisection_for_sweep(session, sweep_id)
+    return row.id if row is not None and row.status == "queued" and row.enqueued_at is None else None
