@@ -50,7 +50,7 @@ BY_NAME: dict[str, str] = {
     "ranges": "sampled ranges to override, {field: [lo, hi]} inclusive",
     "max_draws": "most draws before the sweep gives up (default 1000 * samples)",
     "err_ratio_gate": "also fail configs whose out_err_ratio exceeds this (default: err_ratio is only reported)",
-    "data_regimes": "input regimes to draw, {regime: share} or a list (equal shares); default: normal alone (the other regimes' bounds are not yet calibrated on a GPU)",
+    "data_regimes": "input regimes to draw, {regime: share} or a list (equal shares); default: half normal, a tenth each other regime",
     "coverage_guided": "prefer draws that land in the least covered coverage cells (docs/spec.md §6)",
     "coverage_prior_sweeps": "with coverage_guided: the cells of the newest N finished sweeps of the store count as "
                              "reached already (0 to 100; 0: none)",
