@@ -7,7 +7,8 @@ per regime and dtype: configs, pass / fail / nan / other outcomes, and the gate 
 largest observed metric over its bound (out_rms / rms, out_row_err / row, lse_max_abs / lse,
 partials_row_err / row); a margin above 1 is a failure, and a calibration wants the worst
 margin of a correct kernel at 0.5 or less. Writes results.jsonl.gz (one line per config),
-summary.json, coverage.json (sweeps.coverage) and each sweep's log in --out.
+summary.json, coverage.json (sweeps.coverage) and sweeps.log (the end of each sweep's output) in
+--out: four files, under what a GPU machine's run returns.
 
     python3 tools/evidence/regimes.py --backend cuda --samples 2000 --jobs 16 --out DIR
     python3 tools/evidence/regimes.py --backend cpu --samples 300 --jobs 2 --out /tmp/regimes
@@ -44,7 +45,8 @@ def run_regime(backend: str, regime: str, samples: int, seed: int, dtypes: str, 
            "--seed", str(seed), "--dtypes", dtypes, "--regimes", regime, "--jobs", str(jobs), "--no-triage",
            "--fail-on", "error"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    (out / f"{regime}.log").write_text(proc.stdout[-20000:] + proc.stderr[-20000:])
+    with open(out / "sweeps.log", "a") as log:
+        log.write(f"== {regime}: {' '.join(cmd[3:])}\n{proc.stdout[-8000:]}{proc.stderr[-8000:]}\n")
     con = sqlite3.connect(db)
     con.row_factory = sqlite3.Row
     rows = []

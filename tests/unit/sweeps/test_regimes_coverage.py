@@ -38,9 +38,11 @@ def test_the_regime_mix_changes_regimes_only_and_is_reproducible():
     assert set(share) == set(REGIMES) and 150 <= share["normal"] <= 250
 
 
-def test_a_request_without_regimes_draws_normal_inputs_only():
-    default = sample(parse_sweep_spec(dict(samples=200, seed=9)), BUDGET).configs
-    assert {c.data_regime for c in default} == {"normal"}
+def test_a_request_without_regimes_draws_the_regime_mix():
+    default = sample(parse_sweep_spec(dict(samples=400, seed=9)), BUDGET).configs
+    mixed = sample(parse_sweep_spec(dict(samples=400, seed=9, data_regimes=REGIME_MIX)), BUDGET).configs
+    assert [c.to_json() for c in default] == [c.to_json() for c in mixed]
+    assert {c.data_regime for c in default} == set(REGIMES)
 
 
 @pytest.mark.parametrize("value, field, rule", [
