@@ -4,6 +4,9 @@ cluster explained by split_kv > 1, whatever family ran its configs; a split kern
 partials stay at their family."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from attnconfig import parse_config
@@ -17,7 +20,12 @@ from tests.unit.triage.sweeps import RANGES
 from triage.attempt import Runner
 from triage.cluster import ResultRow, cluster_results
 from triage.shrink import shrink
-from triage.signature import COMBINE, location_of
+from triage.signature import COMBINE, family_of, location_of
+
+# Every result of a 300-config sweep with the missing_barrier race on an H100, with its metrics,
+# gates and detail (docs/evidence/README.md says how it was made).
+H100_RACE = (Path(__file__).resolve().parents[3] / "docs" / "evidence" / "gpu-2026-12-06-h100-combine-location"
+             / "missing_barrier-rows.json")
 
 BASE = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=64, num_heads_q=1, num_heads_kv=1, head_dim_qk=8, head_dim_v=8)
 SPLIT = parse_config({**BASE, "split_kv": 2, "return_lse": True})
@@ -122,3 +130,21 @@ def test_triage_runs_locate_as_the_sweep_did_so_shrinking_keeps_the_combine():
     assert shrunk.signature == first.signature and shrunk.minimal_config["split_kv"] == 2
     hang = Runner("cpu", {"hang"}, time_limit_s=0.3).run(SPLIT)
     assert hang.signature.label() == "timeout/-/combine", hang.detail
+
+
+def test_the_h100_race_is_one_cluster_at_the_combine_where_the_families_made_four():
+    stored = json.loads(H100_RACE.read_text())["rows"]
+    rows = [ResultRow(parse_config(r["config"]), r["outcome"], r["failed_gate"], r["variant"], r["block_n"],
+                      r["metrics"], r["gates"], r["detail"]) for r in stored]
+    failing = [r for r in rows if r.signature.failing]
+    # The race is in the combine: every failing config's partials are right, on all three paths.
+    assert len(failing) == 85 and {r.signature.location for r in failing} == {COMBINE}
+    assert {family_of(r.variant) for r in failing} == {"rowwise", "grouped", "mma"}
+    clusters = cluster_results(rows)
+    assert len(clusters) == 1, [c.signatures for c in clusters]
+    race = clusters[0]
+    assert race.size == 85 and race.signatures == {"nan/rms/combine": 62, "fail/rms/combine": 18, "fail/row/combine": 5}
+    assert "split_kv>1" in race.explanation.conditions, race.explanation.text
+    # Without the metrics that locate them, the same rows split by family (the old signature).
+    by_family = cluster_results([ResultRow(r.config, r.outcome, r.failed_gate, r.variant, r.block_n) for r in rows])
+    assert len(by_family) == 4 and {c.signature.location for c in by_family} == {"rowwise", "grouped", "mma"}

@@ -56,6 +56,8 @@ def test_a_planted_defect_is_one_explained_cluster_with_a_small_deterministic_re
     named = [t for t in TRIGGERS[defect] for cond in clusters[0].explanation.conditions
              if cond == t or (t.endswith(">=") and cond.startswith(t))]
     assert named, clusters[0].explanation.text
+    if defect in COMBINE_DEFECTS:   # and the combine runs only with splits
+        assert {"split_kv>1", "split_kv>blocks", "empty_split"} & set(clusters[0].explanation.conditions)
     assert clusters[0].explanation.recall >= 0.9 and clusters[0].explanation.precision >= 0.9
     # A data-triggered defect shrunk to one key fails on the data seeds whose logit passes exp's range.
     kinds = {"deterministic", "data_dependent"} if defect in DATA_DEFECTS else {"deterministic"}
