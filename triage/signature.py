@@ -11,7 +11,8 @@ path launches when split_kv > 1. A failure the evidence places there is located 
 instead of its family, so one combine bug is one group, not one per family:
 - `fail` or `nan` of a config with split_kv > 1 whose per-split partials agree with the
   reference's (finite, every bound of the partials gate holding: sweeps.policy.partials_hold)
-  while its final output or LSE failed: the splits were right, so what combined them was not;
+  while its final output or LSE failed: the splits were right, so what combined them was not
+  (the mma decode kernel's fused combine included: the combine stage, in another kernel);
 - `fault`, `timeout` or `unsafe` whose detail names the combine kernel and no split kernel (a
   store into O's guard zone when the combine was the one kernel given O, the cpu emulation's
   illegal store or a time limit that stopped its combine, a sanitizer finding in the combine).
