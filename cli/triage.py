@@ -70,7 +70,8 @@ def triage(
     """Cluster a sweep's failures by bug; explain, shrink and classify each cluster.
 
     A cluster is one bug as far as the results tell: its failures share a signature (outcome,
-    deciding gate, kernel family) and the config conditions that explain them. Its smallest
+    deciding gate, location: the kernel family, or the split-KV combine every family shares)
+    and the config conditions that explain them. Its smallest
     member is shrunk to a minimal reproducer, which is classified (deterministic,
     data-dependent, flaky). The clusters a worker or an earlier call stored are shown as
     stored; otherwise (or with --recompute) they are computed here and stored.
@@ -127,7 +128,7 @@ def bug_lines(clusters: list[dict[str, Any]]) -> list[str]:
     for i, c in enumerate(clusters, 1):
         sig = c["signature"]
         kind = (c["classification"] or {}).get("kind", "not classified")
-        lines.append(f"  {i}. {c['size']} {sig['outcome']}/{sig['gate'] or '-'}/{sig['family']}: "
+        lines.append(f"  {i}. {c['size']} {sig['outcome']}/{sig['gate'] or '-'}/{sig['location']}: "
                      f"{c['explanation']['text']} ({kind}); reproducer: {c['reproducer'] or '-'}")
     return lines
 
@@ -144,7 +145,7 @@ def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:
         table.add_column(column, overflow="fold")
     for i, c in enumerate(clusters, 1):
         sig = c["signature"]
-        label = f"{sig['outcome']}/{sig['gate'] or '-'}/{sig['family']}"
+        label = f"{sig['outcome']}/{sig['gate'] or '-'}/{sig['location']}"
         if len(c["signatures"]) > 1:
             label += " (+" + ", ".join(f"{k} {n}" for k, n in c["signatures"].items() if k != label) + ")"
         kind = (c["classification"] or {}).get("kind", "-")
@@ -163,7 +164,7 @@ def shrink(
     time_limit: float = TIME_LIMIT,
     as_json: bool = typer.Option(False, "--json", help="print {config, minimal_config, runs, ...} as one JSON object"),
 ) -> None:
-    """Shrink a failing config to a minimal one that fails the same way (outcome, gate, kernel family).
+    """Shrink a failing config to a minimal one that fails the same way (outcome, gate, location).
 
     Exit status: 0 when shrunk, 1 when the config does not fail, 2 on a usage mistake."""
     from kernels.backends.base import BackendUnavailable

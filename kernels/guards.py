@@ -13,6 +13,7 @@ loads and cp.async of the kernels need 16).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -28,11 +29,18 @@ class GuardViolation:
     changed: int         # bytes of that guard that no longer hold the canary
     itemsize: int
 
-    def describe(self) -> str:
+    def describe(self, writers: Sequence[str] = ()) -> str:
+        """The violation in one line. `writers`: the kernels of the call that were given the
+        buffer's address; one alone is the store's author (no other kernel could address it)."""
         where = (f"{-self.offset} bytes before its start" if self.side == "before"
                  else f"{self.offset} bytes past its end")
-        return (f"store outside {self.buffer}: {self.changed} bytes of the guard {self.side} it changed, "
+        text = (f"store outside {self.buffer}: {self.changed} bytes of the guard {self.side} it changed, "
                 f"the nearest {where} ({self.itemsize}-byte elements)")
+        if len(writers) == 1:
+            return f"{text}; {writers[0]} is the one kernel of the call given {self.buffer}"
+        if writers:
+            return f"{text}; the kernels of the call given {self.buffer}: {', '.join(writers)}"
+        return text
 
 
 def padded_bytes(nbytes: int, guard: int = GUARD_BYTES) -> int:

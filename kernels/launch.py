@@ -65,6 +65,13 @@ class Launch:
     shared_bytes: int = 0   # dynamic shared memory
 
 
+def kernels_given(launches: Sequence[Launch], address: int) -> list[str]:
+    """The kernels (Launch.kernel, in launch order) among `launches` that take `address` as a
+    pointer argument: the only ones that can store into that buffer."""
+    return [launch.kernel for launch in launches
+            if any(a.ctype is ctypes.c_void_p and a.value == address for a in launch.args)]
+
+
 def pack_kernel_params(args: Sequence[Arg]) -> tuple[Any, list[Any]]:
     """A void*[] of pointers to each argument (cuLaunchKernel's kernelParams) and the keep-alive list."""
     objs = [a.as_ctypes() for a in args]

@@ -49,6 +49,12 @@ MMA_MAX_SHARED = 99 * 1024
 QK_CPP = {"f16": "__half", "bf16": "__hip_bfloat16", "f32": "float", "i8": "signed char"}
 OUT_CPP = {"f16": "__half", "bf16": "__hip_bfloat16", "f32": "float", "i8": "__half"}
 LSE_CPP = {"f16": "float", "bf16": "float", "f32": "float", "i8": "__half"}
+# The kernels' names in the source (kernels/src/attention.hip): the split kernels, one per path
+# (attn_splitkv_fwd, _grouped, _mma, all with this prefix), and the combine every path launches
+# when split_kv > 1 and its split kernel does not fuse it. Fault details name them (the writer of
+# a buffer whose guard zone changed), and triage locates a fault by them.
+SPLIT_KERNEL = "attn_splitkv_fwd"
+COMBINE_KERNEL = "attn_splitkv_combine"
 
 
 def defect_macro(name: str) -> str:
@@ -180,7 +186,12 @@ class Variant:
 
     @property
     def combine_expr(self) -> str:
-        return f"attn_splitkv_combine<{OUT_CPP[self.dtype]}, {LSE_CPP[self.dtype]}, {COMBINE_THREADS}>"
+        return f"{COMBINE_KERNEL}<{OUT_CPP[self.dtype]}, {LSE_CPP[self.dtype]}, {COMBINE_THREADS}>"
+
+    def kernel_function(self, kernel: str) -> str:
+        """The source name of one of its launches' kernels (kernels/launch.py Launch.kernel:
+        "fwd" or "combine"), without template arguments."""
+        return (self.fwd_expr if kernel == "fwd" else self.combine_expr).split("<", 1)[0]
 
     @property
     def name_expressions(self) -> tuple[str, str]:

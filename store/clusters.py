@@ -71,12 +71,12 @@ def claim_triage(session: Session, sweep_id: int, *, stale_after_s: float, force
 def _signature_label(signature: Any) -> str:
     if isinstance(signature, str):
         return signature
-    return f"{signature['outcome']}/{signature.get('gate') or '-'}/{signature['family']}"
+    return f"{signature['outcome']}/{signature.get('gate') or '-'}/{signature['location']}"
 
 
 def _signature_dict(label: str) -> dict[str, str | None]:
-    outcome, gate, family = label.split("/", 2)
-    return {"outcome": outcome, "gate": None if gate == "-" else gate, "family": family}
+    outcome, gate, location = label.split("/", 2)
+    return {"outcome": outcome, "gate": None if gate == "-" else gate, "location": location}
 
 
 def store_clusters(session: Session, sweep_id: int, clusters: Sequence[Mapping[str, Any]]) -> None:

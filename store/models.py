@@ -270,7 +270,7 @@ class Cluster(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
     rank: Mapped[int] = mapped_column(Integer)  # 0 for the largest cluster
-    signature: Mapped[str] = mapped_column(String(200))  # outcome/gate/family (triage.signature.Signature.label)
+    signature: Mapped[str] = mapped_column(String(200))  # outcome/gate/location (triage.signature.Signature.label)
     size: Mapped[int] = mapped_column(Integer)
     signatures: Mapped[dict[str, Any]] = mapped_column(JSON)  # label -> members with it
     explanation: Mapped[dict[str, Any]] = mapped_column(JSON)

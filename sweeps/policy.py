@@ -183,6 +183,37 @@ def evaluate(
     return evaluate_with_gates(c, metrics, gates)
 
 
+def _partials_broken(dtype: str, metrics: Mapping[str, Any],
+                     gates: Mapping[str, Any]) -> tuple[str, float | int, float | int, str] | None:
+    """The partials gate's first broken bound (metric, value, bound, why); None when all hold.
+    The partials must be exposed (partials_row_err not None)."""
+    prow = float(metrics["partials_row_err"])
+    if _over(prow, gates["row"]):
+        return "partials_row_err", prow, gates["row"], f"{dtype} row bound, per valid split"
+    plse = metrics.get("partials_lse_max_abs")
+    if plse is not None and "lse" in gates and _over(float(plse), gates["lse"]):
+        return "partials_lse_max_abs", float(plse), gates["lse"], f"{dtype} lse bound, per valid split"
+    bad = int(_need(metrics, "partials_invalid_bad", "partials"))
+    if bad != 0:
+        return "partials_invalid_bad", bad, 0, "invalid or empty splits must be exactly O_s=0, LSE_s=-inf"
+    return None
+
+
+def partials_hold(c: AttentionConfig, metrics: Mapping[str, Any], gates: Mapping[str, Any]) -> bool | None:
+    """Whether the per-split partials agree with the reference's: finite where the reference is,
+    and every bound of the partials gate holding, whatever the other gates said. None where the
+    run exposed no partials (split_kv 1, a backend without them, a config that never ran) or
+    the gates lack a bound the partials gate needs."""
+    if metrics.get("partials_row_err") is None or "row" not in gates:
+        return None
+    if int(metrics.get("partials_nonfinite") or 0) > 0:
+        return False
+    try:
+        return _partials_broken(c.dtype, metrics, gates) is None
+    except ValueError:   # partials_invalid_bad missing: nothing to tell
+        return None
+
+
 def evaluate_with_gates(c: AttentionConfig, metrics: Mapping[str, Any], gates: Mapping[str, Any]) -> Verdict:
     """Apply a gates dict (from `gates_for`, e.g. carried by a reproducer) to the metrics."""
     gates = dict(gates)
@@ -225,17 +256,10 @@ def evaluate_with_gates(c: AttentionConfig, metrics: Mapping[str, Any], gates: M
         checked.append(f"lse_max_abs={_num(lse)} <= {_num(gates['lse'])}")
     # 4. Partials gate, when the backend exposes partials.
     if metrics.get("partials_row_err") is not None:
-        prow = float(metrics["partials_row_err"])
-        if _over(prow, gates["row"]):
-            return fail("partials", "partials_row_err", prow, gates["row"], f"{c.dtype} row bound, per valid split")
-        plse = metrics.get("partials_lse_max_abs")
-        if plse is not None and "lse" in gates and _over(float(plse), gates["lse"]):
-            return fail("partials", "partials_lse_max_abs", float(plse), gates["lse"], f"{c.dtype} lse bound, per valid split")
-        bad = int(_need(metrics, "partials_invalid_bad", "partials"))
-        if bad != 0:
-            return fail("partials", "partials_invalid_bad", bad, 0,
-                        "invalid or empty splits must be exactly O_s=0, LSE_s=-inf")
-        checked.append(f"partials_row_err={_num(prow)} <= {_num(gates['row'])}")
+        broken = _partials_broken(c.dtype, metrics, gates)
+        if broken is not None:
+            return fail("partials", *broken)
+        checked.append(f"partials_row_err={_num(float(metrics['partials_row_err']))} <= {_num(gates['row'])}")
     # 5. err_ratio, only when the sweep asks for it.
     if "err_ratio" in gates:
         er = float(_need(metrics, "out_err_ratio", "err_ratio"))
@@ -247,7 +271,7 @@ def evaluate_with_gates(c: AttentionConfig, metrics: Mapping[str, Any], gates: M
 
 __all__ = [
     "GATE_BOUNDS", "THRESHOLD_REASONS", "Verdict", "evaluate", "evaluate_with_gates", "gates_for",
-    "output_dtype", "rms_threshold", "strict_rms_threshold",
+    "output_dtype", "partials_hold", "rms_threshold", "strict_rms_threshold",
 ]
 
 

@@ -1,7 +1,7 @@
 """Triage of a sweep's failures: how many distinct bugs, the smallest case of each, whether it
 fails every time, and which commit broke it.
 
-- signature.py  what a failure is (outcome, deciding gate, kernel family)
+- signature.py  what a failure is (outcome, deciding gate, location: kernel family or the combine)
 - features.py   facts about a config (fields and split arithmetic) and the predicates over them
 - explain.py    the conjunction of up to two predicates that best separates a cluster from passes
 - cluster.py    failures grouped by signature, symptoms of one bug merged

@@ -24,20 +24,20 @@ from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicab
 from kernels.source import KernelSource
 from sweeps.policy import gates_for
 from sweeps.runner import run_config
-from triage.signature import NO_FAMILY, Signature, family_of
+from triage.signature import Signature, location_of
 
 
 @dataclass(frozen=True)
 class Observation:
     outcome: str
     failed_gate: str | None
-    family: str
+    location: str       # triage.signature.location_of: the kernel family, or `combine`
     digest: str | None  # sha256 of O and LSE as returned; None when the kernel returned nothing
     detail: str = ""
 
     @property
     def signature(self) -> Signature:
-        return Signature(self.outcome, self.failed_gate, self.family)
+        return Signature(self.outcome, self.failed_gate, self.location)
 
 
 def output_digest(out: RunOutput) -> str:
@@ -139,12 +139,16 @@ class Runner:
         try:
             with _time_limit(self.time_limit_s):
                 result = run_config(config, probe, self.gates(config))
-        except _Expired:
+        except _Expired as exc:
             # A backend stopped in the middle of a run is not trusted with the next one.
             self.close()
-            return Observation("timeout", None, NO_FAMILY, None, f"exceeded the time limit of {self.time_limit_s:g} s")
+            # Its notes say where the limit stopped it, as in a sweep's timeout (workers.executor).
+            detail = "\n".join([f"exceeded the time limit of {self.time_limit_s:g} s", *getattr(exc, "__notes__", ())])
+            return Observation("timeout", None, location_of(config, "timeout", None, None, detail=detail), None, detail)
         digest = probe.digest if result.outcome in ("pass", "fail", "nan") else None
-        return Observation(result.outcome, result.failed_gate, family_of(result.variant), digest, result.detail)
+        location = location_of(config, result.outcome, result.failed_gate, result.variant, result.metrics,
+                               result.gates, result.detail)
+        return Observation(result.outcome, result.failed_gate, location, digest, result.detail)
 
     def close(self) -> None:
         if self._backend is not None and not self._backend.poisoned:

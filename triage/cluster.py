@@ -2,21 +2,28 @@
 
 Failures are grouped by signature (triage/signature.py) and each group is explained
 (triage/explain.py). One bug often shows more than one symptom, e.g. `fail` on the rms gate
-for most configs and `nan` on the lse gate for some: a smaller group whose members (at least
-MERGE_SHARE of them) satisfy a larger group's explanation, in the same kernel family, is that
-bug's other symptom and joins it. The merged cluster keeps the larger group's signature and
-counts every signature it holds; its explanation is searched again over all its members.
+for most configs and `nan` on the lse gate for some. A smaller group at the same location
+(kernel family or `combine`) as a larger one is that bug's other symptom, and joins it, when
+- at least MERGE_SHARE of its members satisfy the larger group's explanation, or
+- the two together are explained at least as well (F1) as the smaller group alone: no condition
+  separates it from the larger one better than one that fits both, as with a race whose `fail`
+  and `nan` configs are two random draws from the same configs (split_kv > 1).
+Two bugs with conditions of their own (causal, a dtype) stay apart: no conjunction covers both
+without the passing configs between them. The merged cluster keeps the larger group's
+signature and counts every signature it holds; its explanation is searched again over all its
+members.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from attnconfig import AttentionConfig
+from sweeps.result import ConfigResult
 from triage.explain import Explanation, explain, holds
 from triage.features import facts
-from triage.signature import Signature, family_of
+from triage.signature import Signature, location_of
 
 MERGE_SHARE = 0.9
 
@@ -30,10 +37,22 @@ class ResultRow:
     failed_gate: str | None = None
     variant: str | None = None
     block_n: int | None = None
+    # What locates a failure in the combine (triage.signature.location_of): the metrics of
+    # docs/spec.md §4, the gates it was judged by, and its detail. None: it stays at its family.
+    metrics: Mapping[str, Any] | None = None
+    gates: Mapping[str, Any] | None = None
+    detail: str | None = None
+
+    @classmethod
+    def of(cls, result: ConfigResult) -> ResultRow:
+        """The row of a result as the runner returned it (sweeps.runner.run_config)."""
+        return cls(result.config, result.outcome, result.failed_gate, result.variant, result.block_n,
+                   result.metrics, result.gates, result.detail)
 
     @property
     def signature(self) -> Signature:
-        return Signature(self.outcome, self.failed_gate, family_of(self.variant))
+        return Signature(self.outcome, self.failed_gate, location_of(self.config, self.outcome, self.failed_gate,
+                                                                     self.variant, self.metrics, self.gates, self.detail))
 
 
 @dataclass
@@ -90,12 +109,17 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
         return Cluster(sig, members, explain([facts_of[id(r)] for r in members], passing),
                        dict(Counter(r.signature.label() for r in members)))
 
+    def same_bug(host: Cluster, c: Cluster) -> bool:
+        if sum(holds(host.explanation, facts_of[id(r)]) for r in c.members) >= MERGE_SHARE * c.size:
+            return True
+        union = explain([facts_of[id(r)] for r in (*host.members, *c.members)], passing)
+        return union.f1 >= c.explanation.f1
+
     ordered = sorted((make(s, m) for s, m in groups.items()), key=lambda c: (-c.size, c.signature))
     kept: list[Cluster] = []
     merged: set[int] = set()
     for c in ordered:
-        host = next((k for k in kept if k.signature.family == c.signature.family and
-                     sum(holds(k.explanation, facts_of[id(r)]) for r in c.members) >= MERGE_SHARE * c.size), None)
+        host = next((k for k in kept if k.signature.location == c.signature.location and same_bug(k, c)), None)
         if host is None:
             kept.append(c)
         else:

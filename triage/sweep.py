@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from attnconfig import parse_config
+from attnconfig.outcomes import METRIC_KEYS
 from kernels.source import KernelSource
 from store.models import ConfigRun, SourceBundle, Sweep
 from sweeps.result import at_commit, reproducer_command
@@ -33,7 +34,8 @@ def sweep_rows(session: Session, sweep_id: int) -> list[ResultRow]:
     """The sweep's judged configs (queued ones have no outcome yet and are left out)."""
     runs = session.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id, ConfigRun.outcome.is_not(None))
                            .order_by(ConfigRun.seq)).all()
-    return [ResultRow(parse_config(r.config), r.outcome, r.failed_gate, r.variant, r.block_n) for r in runs]
+    return [ResultRow(parse_config(r.config), r.outcome, r.failed_gate, r.variant, r.block_n,
+                      {k: getattr(r, k) for k in METRIC_KEYS}, r.gates, r.detail) for r in runs]
 
 
 def sweep_defects(sweep: Sweep, reproducers: Sequence[str | None]) -> frozenset[str]:

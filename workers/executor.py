@@ -140,7 +140,10 @@ class ConfigExecutor:
                 result = run_config(config, backend, gates, drawn=drawn)
         except ConfigTimeLimitExceeded as exc:
             self.backends.drop(self.backend_name, self.defects, self.source)
-            return unrun_result(config, backend, self.backend_name, gates, "timeout", str(exc),
+            # The notes say where the limit stopped it, where the backend knows (the cpu
+            # emulation's combine); triage locates the timeout by them.
+            detail = "\n".join([str(exc), *getattr(exc, "__notes__", ())])
+            return unrun_result(config, backend, self.backend_name, gates, "timeout", detail,
                                 time.perf_counter() - t0)
         if result.poisons_process or backend.poisoned:
             result.poisons_process = True

@@ -11,7 +11,10 @@ TriageStatus = Literal["none", "pending", "running", "done", "failed"]
 class SignaturePublic(BaseModel):
     outcome: str = Field(description="the failing outcome the cluster's members share (docs/spec.md §7)")
     gate: str | None = Field(description="the gate that decided it (rms, row, lse, ...); null when no gate did")
-    family: str = Field(description="the kernel path: cpu, rowwise, grouped or mma; '-' when the config never ran")
+    location: str = Field(description="where the failure lies: the kernel path that ran it (cpu, rowwise, grouped or "
+                                      "mma; '-' when the config never ran), or combine: the split-KV combine every "
+                                      "path shares, where the partials were right and the combined output was not, "
+                                      "or the fault's detail names the combine kernel")
 
 
 class ExplanationPublic(BaseModel):
@@ -45,8 +48,8 @@ class ClassificationPublic(BaseModel):
 
 class ClusterPublic(BaseModel):
     size: int = Field(description="failing configs in the cluster")
-    signature: SignaturePublic = Field(description="outcome, gate and kernel family the cluster is named by")
-    signatures: dict[str, int] = Field(description="every signature among its members (outcome/gate/family) and how many "
+    signature: SignaturePublic = Field(description="outcome, gate and location the cluster is named by")
+    signatures: dict[str, int] = Field(description="every signature among its members (outcome/gate/location) and how many "
                                                    "members have it: one bug can show several symptoms")
     explanation: ExplanationPublic = Field(description="what the cluster's configs have in common that passing ones lack")
     example_config: dict[str, Any] = Field(description="the member cheapest to run, where shrinking started")

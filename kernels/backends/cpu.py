@@ -26,6 +26,7 @@ import numpy as np
 from attnconfig import AttentionConfig, parse_config
 from kernels.backends.base import DEFECTS, GPU_ONLY_DEFECTS, Backend, DeviceFault, DeviceInfo, Prepared, RunOutput
 from kernels.guards import CANARY, GUARD_BYTES, check_guards, padded_bytes
+from kernels.select import COMBINE_KERNEL, SPLIT_KERNEL
 from kernels.source import KernelSource, local_source
 from reference import chunks, masks, splits
 from reference.inputs import output_dtypes, value_dtype
@@ -129,12 +130,19 @@ class CpuEmulationBackend(Backend):
             # No partial buffers on the device: the one split writes the final output directly.
             out_f32, lse_f32 = o_partials[0], lse_partials[0]
         else:
-            out_f32, lse_f32 = splits.combine_unmasked(o_partials, lse_partials, self.defects)
-            self._combine_defects(out_f32, o_raw, o_bytes, np.dtype(out_dtype))
+            try:
+                out_f32, lse_f32 = splits.combine_unmasked(o_partials, lse_partials, self.defects)
+                self._combine_defects(out_f32, o_raw, o_bytes, np.dtype(out_dtype))
+            except BaseException as exc:
+                # A time limit that stops the emulation here stopped the combine kernel: the
+                # note says so in the timeout's detail (workers.executor, triage.attempt).
+                exc.add_note(f"stopped in {COMBINE_KERNEL} (cpu emulation)")
+                raise
         logical_view(o_buffer, c.trans_o)[...] = out_f32.astype(out_dtype)
         violation = check_guards("o", o_raw, o_bytes, np.dtype(out_dtype).itemsize)
         if violation is not None:
-            raise DeviceFault(violation.describe(), poisons=False)
+            # O's one writer, as on a GPU: the combine when there are partials, else the split kernel.
+            raise DeviceFault(violation.describe([COMBINE_KERNEL if S > 1 else SPLIT_KERNEL]), poisons=False)
         if lse_buffer is not None:
             lse_buffer[...] = lse_f32.astype(lse_dtype)
         run_s = time.perf_counter() - started
@@ -152,8 +160,8 @@ class CpuEmulationBackend(Backend):
         past O into its guard zone, the hang as a loop the per-config time limit ends."""
         if "oob_store" in self.defects:
             self.poisoned = True
-            raise DeviceFault("combine: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered "
-                              "(cpu emulation of the oob_store defect)", poisons=True)
+            raise DeviceFault(f"{COMBINE_KERNEL}: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was "
+                              "encountered (cpu emulation of the oob_store defect)", poisons=True)
         if "oob_store_small" in self.defects:
             at = GUARD_BYTES + o_bytes + out_dtype.itemsize   # element count + 1
             o_raw[at:at + out_dtype.itemsize] = np.frombuffer(

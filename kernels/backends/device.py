@@ -32,6 +32,7 @@ from kernels.launch import (
     fused_combine_counters,
     fused_combine_part_floats,
     fuses_combine,
+    kernels_given,
     launch_plan,
 )
 from kernels.select import Variant, select_variant
@@ -331,7 +332,8 @@ class DeviceBackend(Backend, abc.ABC):
                 self._rt_dtoh(raw, buf[name] - guard)   # the output and its guards in one copy
                 violation = check_guards(name, raw, nbytes, dtype.itemsize, guard)
                 if violation is not None:
-                    violations.append(violation.describe())
+                    writers = [variant.kernel_function(k) for k in kernels_given(launches, buf[name])]
+                    violations.append(violation.describe(writers))
                 got[name] = raw[guard:guard + nbytes].view(dtype).reshape(shape)
             transfer_s += time.perf_counter() - t1
             if violations:

@@ -44,6 +44,9 @@ def test_clusters_panel_shows_pending_then_every_bug_with_a_copyable_reproducer(
     assert cards.count() == 1
     first = cards.nth(0)
     assert first.locator(".cluster-size").inner_text() == f"{clusters[0]['size']} failing"
+    sig = clusters[0]["signature"]   # the planted results expose no partials: located at their family
+    assert first.locator("h3 code").inner_text() == f"{sig['outcome']}/{sig['gate'] or '-'}/rowwise" == \
+        f"{sig['outcome']}/{sig['gate'] or '-'}/{sig['location']}"
     assert first.locator(".explanation").inner_text() == clusters[0]["explanation"]["summary"]
     assert "dtype=bf16" in clusters[0]["explanation"]["conditions"]
     assert first.locator(".classification").inner_text() == "deterministic"

@@ -118,7 +118,7 @@ const TRIAGE_TEXT = {
   none: "no triage for this sweep",
 };
 
-function signatureLabel(s) { return `${s.outcome}/${s.gate || "-"}/${s.family}`; }
+function signatureLabel(s) { return `${s.outcome}/${s.gate || "-"}/${s.location}`; }
 
 function clusterCard(c, i) {
   const kind = c.classification ? c.classification.kind : null;

@@ -27,3 +27,17 @@ def test_clusters_of_a_queued_sweep_are_pending_and_an_unknown_sweep_is_404(clie
     got = client.get(f"/sweeps/{accepted.json()['id']}/clusters")
     assert got.status_code == 200 and got.json() == {"status": "pending", "error": None, "clusters": []}
     assert client.get("/sweeps/999999/clusters").status_code == 404
+
+
+def test_a_combine_bug_is_served_located_at_the_combine(client, settings):
+    # oob_store_small stores past O from the combine kernel, the one kernel given O when
+    # split_kv > 1: one cluster, whatever family ran it, named fault/-/combine.
+    sweep_id = run_sweep(settings.database_url, SweepSpec(samples=30, seed=5, backend="cpu", ranges=RANGES),
+                         backend="cpu", device_total_memory=None, device=None,
+                         defects=frozenset({"oob_store_small"}), triage=True)
+    body = client.get(f"/sweeps/{sweep_id}/clusters").json()
+    assert body["status"] == "done" and len(body["clusters"]) == 1, body
+    c = body["clusters"][0]
+    assert c["signature"] == {"outcome": "fault", "gate": None, "location": "combine"}
+    assert c["signatures"] == {"fault/-/combine": c["size"]} and c["explanation"]["conditions"] == ["split_kv>1"]
+    assert c["minimal_config"]["split_kv"] == 2

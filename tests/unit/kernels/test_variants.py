@@ -295,6 +295,8 @@ def test_a_store_past_o_that_does_not_fault_is_caught_by_the_guard_zone(tmp_path
     with pytest.raises(DeviceFault, match="store outside o: 2 bytes of the guard after it changed, the nearest 2 bytes past its end") as caught:
         _emu_run(backend, c)
     assert not caught.value.poisons
+    # The launch plan gives O to the combine kernel alone (the split kernel writes partials).
+    assert "attn_splitkv_combine is the one kernel of the call given o" in str(caught.value)
     backend.guard_bytes = 0   # without guards the same store passes unseen
     _inputs, _prepared, out = _emu_run(backend, c)
     assert np.isfinite(out.out).all()

@@ -1,14 +1,15 @@
 """Every defect switch the cpu emulation runs, planted in a sampled sweep: one bug comes out as
 one cluster (two at most: two symptoms the explanations do not unite) whose explanation names
-the defect's trigger; its reproducer shrinks to a small config within 200 runs and fails every
-time, whatever the data (a defect the data trigger, DATA_DEFECTS: on the data that reach it)."""
+the defect's trigger, located at the combine for the combine kernel's defects; its reproducer
+shrinks to a small config within 200 runs and fails every time, whatever the data (a defect the
+data trigger, DATA_DEFECTS: on the data that reach it)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from kernels.backends.base import DATA_DEFECTS, DEFECTS, FAULT_DEFECTS, GPU_ONLY_DEFECTS
+from kernels.backends.base import COMBINE_DEFECTS, DATA_DEFECTS, DEFECTS, FAULT_DEFECTS, GPU_ONLY_DEFECTS
 from store.db import session_scope
 from tests.unit.triage.sweeps import defect_sweep
 from triage.sweep import triage_sweep
@@ -49,9 +50,14 @@ def test_a_planted_defect_is_one_explained_cluster_with_a_small_deterministic_re
                                                                "num_heads_kv", "head_dim_qk", "head_dim_v", "split_kv",
                                                                "causal", "return_lse")}} for c in report]))
     assert 1 <= len(clusters) <= 2
+    # The combine's defects are located there whatever family ran them; the split kernels'
+    # numeric defects (wrong partials) stay at their family.
+    assert {c.signature.location for c in clusters} == ({"combine"} if defect in COMBINE_DEFECTS else {"cpu"})
     named = [t for t in TRIGGERS[defect] for cond in clusters[0].explanation.conditions
              if cond == t or (t.endswith(">=") and cond.startswith(t))]
     assert named, clusters[0].explanation.text
+    if defect in COMBINE_DEFECTS:   # and the combine runs only with splits
+        assert {"split_kv>1", "split_kv>blocks", "empty_split"} & set(clusters[0].explanation.conditions)
     assert clusters[0].explanation.recall >= 0.9 and clusters[0].explanation.precision >= 0.9
     # A data-triggered defect shrunk to one key fails on the data seeds whose logit passes exp's range.
     kinds = {"deterministic", "data_dependent"} if defect in DATA_DEFECTS else {"deterministic"}

@@ -86,3 +86,15 @@ def test_classification_of_repeat_runs():
     result = classify(cfg(seq_len_k=40, causal=True), bug, repeats=3, seeds=(1, 2))
     assert result.kind == "deterministic" and result.same_input_failing == 3 and result.seeds_failing == [1, 2]
     assert bug.runs == result.runs == 5
+
+
+def test_two_bugs_with_conditions_of_their_own_stay_two_clusters():
+    # causal configs fail the rms gate, non-causal bf16 ones give NaN: no conjunction covers both
+    # without the passing non-causal f16 configs, so neither is the other's symptom.
+    rows = []
+    for k in range(1, 121):
+        c = cfg(seq_len_k=k, causal=k % 2 == 0, dtype="bf16" if k % 3 == 0 else "f16")
+        outcome, gate = ("fail", "rms") if c.causal else ("nan", "lse") if c.dtype == "bf16" else ("pass", None)
+        rows.append(ResultRow(c, outcome, gate, "cpu_attn"))
+    clusters = cluster_results(rows)
+    assert [(c.size, c.explanation.text) for c in clusters] == [(60, "causal=true"), (20, "dtype=bf16")]

@@ -63,6 +63,8 @@ def test_a_store_into_the_guard_zone_is_a_fault_naming_the_buffer_and_offset(tmp
     faulted = {h for h, (outcome, _s, _d) in got.items() if outcome == "fault"}
     assert faulted == {h for h, (_o, split_kv, _d) in got.items() if split_kv > 1}
     assert all("store outside o" in got[h][2] and "past its end" in got[h][2] for h in faulted)
+    # With partials, O's one writer is the combine: the detail names it (triage locates it there).
+    assert all("attn_splitkv_combine is the one kernel of the call given o" in got[h][2] for h in faulted)
     assert {got[h][0] for h in set(got) - faulted} == {"pass"}
 
 
@@ -74,6 +76,7 @@ def test_a_hanging_kernel_is_a_timeout_and_the_rest_of_the_sweep_runs(tmp_path, 
     assert timed_out == {h for h, (_o, split_kv, _d) in got.items() if split_kv > 1}
     assert {got[h][0] for h in set(got) - timed_out} == {"pass"}
     assert all("time limit of 4 s" in got[h][2] for h in timed_out)
+    assert all("stopped in attn_splitkv_combine" in got[h][2] for h in timed_out)
 
 
 def test_guard_check_names_the_side_offset_and_bytes():
@@ -84,6 +87,9 @@ def test_guard_check_names_the_side_offset_and_bytes():
     after = check_guards("o", raw, nbytes, 2)
     assert (after.side, after.offset, after.changed) == ("after", 4, 2)
     assert "store outside o: 2 bytes of the guard after it changed, the nearest 4 bytes past its end" in after.describe()
+    assert after.describe(["attn_splitkv_combine"]).endswith("; attn_splitkv_combine is the one kernel of the call given o")
+    assert after.describe(["attn_splitkv_fwd", "attn_splitkv_combine"]).endswith(
+        "; the kernels of the call given o: attn_splitkv_fwd, attn_splitkv_combine")
     raw[:] = CANARY
     raw[GUARD_BYTES - 3] = 1
     before = check_guards("lse", raw, nbytes, 4)
