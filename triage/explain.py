@@ -5,7 +5,11 @@ that passed: it is scored by F1 of recall (members it covers) and precision (mem
 the configs it covers, members and passing ones; configs of other clusters count for neither,
 as another bug's failures say nothing about this one). A second predicate is kept only when it
 raises the score by more than COMPLEXITY_COST, and ties go to derived facts, then fields, then
-thresholds: `causal=true` over `seq_len_q>=1 and causal=true`.
+thresholds: `causal=true` over `seq_len_q>=1 and causal=true`. A condition on the inputs'
+data (the regime, the logit scale) costs DATA_COST: with the regimes mixed, a masking bug that a
+sink's weight hides passes on sink inputs, and "causal=true" (28 of 32) says more to a kernel
+engineer than "causal=true and logit_scale<=603" (28 of 28); a bug the data trigger (an exp
+that overflows) gains far more than that from its condition.
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from triage.features import Predicate, condition_holds, predicates
 
 COMPLEXITY_COST = 0.02   # score a second predicate must add
 PAIR_POOL = 40           # best single predicates whose pairs are searched
-_KIND_COST = {"derived": 0.0, "field": 0.001, "threshold": 0.002}
+DATA_COST = 0.1          # score a condition on the inputs' data must add
+_KIND_COST = {"derived": 0.0, "field": 0.001, "threshold": 0.002, "data": DATA_COST}
 
 
 @dataclass(frozen=True)

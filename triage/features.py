@@ -42,6 +42,10 @@ BOOLEAN_FACTS = {
     "empty_split": "a query row has a split without a key it may see",
     "masked_split": "a query row has a split holding key blocks none of which it may see (a fully masked split)",
 }
+# Facts of the inputs rather than the shape: they decide whether a bug shows, seldom whether it
+# is there (a sink's weight hides a masking bug), so a condition on them must earn its place
+# (triage/explain.py DATA_COST).
+DATA_FACTS = ("logit_scale", "data_regime")
 NUMERIC_FACTS = ("g", "seq_len_q", "seq_len_k", "num_heads_q", "num_heads_kv", "gqa_ratio", "head_dim_qk",
                  "head_dim_v", "split_kv", "blocks", "logit_scale")
 
@@ -86,7 +90,7 @@ def facts(c: AttentionConfig, block_n: int | None = None) -> dict[str, Any]:
 class Predicate:
     name: str                         # as an explanation shows it: causal=true, split_kv>=16, dtype=bf16
     test: Callable[[dict[str, Any]], bool]
-    kind: str                         # "derived", "field", "threshold": ties prefer them in this order
+    kind: str                         # "derived", "field", "threshold", "data": ties prefer them in this order
 
 
 def _powers(lo: int, hi: int) -> list[int]:
@@ -115,7 +119,7 @@ def predicates(all_facts: Sequence[dict[str, Any]], member_facts: Sequence[dict[
         preds.append(Predicate(f"dtype={dt}", lambda f, d=dt: f["dtype"] == d, "field"))
     for regime in REGIMES:
         if any(f["data_regime"] == regime for f in all_facts):
-            preds.append(Predicate(f"data_regime={regime}", lambda f, r=regime: f["data_regime"] == r, "field"))
+            preds.append(Predicate(f"data_regime={regime}", lambda f, r=regime: f["data_regime"] == r, "data"))
     for name in NUMERIC_FACTS:
         values = [f[name] for f in all_facts]
         lo, hi = min(values), max(values)
@@ -124,8 +128,9 @@ def predicates(all_facts: Sequence[dict[str, Any]], member_facts: Sequence[dict[
         members = [f[name] for f in member_facts]
         above = set(_powers(lo + 1, hi)) | {min(members)}
         below = set(_powers(lo, hi - 1)) | {max(members)}
-        preds += [Predicate(f"{name}>={t}", lambda f, n=name, t=t: f[n] >= t, "threshold") for t in sorted(above) if t > lo]
-        preds += [Predicate(f"{name}<={t}", lambda f, n=name, t=t: f[n] <= t, "threshold") for t in sorted(below) if t < hi]
+        kind = "data" if name in DATA_FACTS else "threshold"
+        preds += [Predicate(f"{name}>={t}", lambda f, n=name, t=t: f[n] >= t, kind) for t in sorted(above) if t > lo]
+        preds += [Predicate(f"{name}<={t}", lambda f, n=name, t=t: f[n] <= t, kind) for t in sorted(below) if t < hi]
     return preds
 
 
