@@ -11,7 +11,7 @@ for most configs and `nan` on the lse gate for some. A smaller group at the same
 Two bugs with conditions of their own (causal, a dtype) stay apart: no conjunction covers both
 without the passing configs between them. The merged cluster keeps the larger group's
 signature and counts every signature it holds; its explanation is searched again over all its
-members.
+members before the next group is compared with it.
 """
 from __future__ import annotations
 
@@ -117,12 +117,13 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
 
     ordered = sorted((make(s, m) for s, m in groups.items()), key=lambda c: (-c.size, c.signature))
     kept: list[Cluster] = []
-    merged: set[int] = set()
     for c in ordered:
-        host = next((k for k in kept if k.signature.location == c.signature.location and same_bug(k, c)), None)
-        if host is None:
+        i = next((i for i, k in enumerate(kept) if k.signature.location == c.signature.location and same_bug(k, c)),
+                 None)
+        if i is None:
             kept.append(c)
         else:
-            host.members.extend(c.members)
-            merged.add(id(host))
-    return [make(c.signature, c.members) if id(c) in merged else c for c in kept]
+            # Explained again at once: the next, smaller symptom is judged against what the bug's
+            # symptoms so far have in common, not against the first group's own conditions.
+            kept[i] = make(kept[i].signature, [*kept[i].members, *c.members])
+    return kept
