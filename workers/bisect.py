@@ -18,11 +18,11 @@
 
 `run_bisection` claims the row (store/bisections.py), runs the bisection with a heartbeat after
 each commit tested (the commits tested so far are stored with it), and stores the result once,
-under its claim; a cluster's bisection writes its first bad commit onto the stored cluster in that
-same transaction (store/bisections.py). A task delivered again finds the bisection running or done and does nothing;
-a bisection whose worker died (no heartbeat for `stale_after_s`) is put back to queued and
-published again by the reconciler (workers.outbox), and one whose worker died MAX_ATTEMPTS
-times is stored `error`. A task the broker did not take is published by the reconciler too.
+under its claim; a cluster's bisection writes its first bad commit onto the stored cluster in
+that same transaction (store/bisections.py). A task delivered again finds the bisection running
+or done and does nothing; a bisection whose worker died (no heartbeat for `stale_after_s`) is
+put back to queued and published again by the reconciler (workers.outbox), and one whose
+worker died MAX_ATTEMPTS times is stored `error`. A task the broker did not take is published by the reconciler too.
 """
 from __future__ import annotations
 
