@@ -10,8 +10,9 @@ already had says so in its message.
 
 Once the sweep's triage stored its clusters, failures are reported by bug: the suite's
 `attnsweep.summary` property says "2 bugs in 119 failing configs" (a pull request's: "2 new bugs
-in ..."), each bug is a `attnsweep.bug.N` property (its signature, size, explanation and minimal
-reproducer), and each failure's message starts with the bug it belongs to.
+in ..."), each bug is a `attnsweep.bug.N` property (its signature, size, explanation, minimal
+reproducer and, once a CI bisection found it, first bad commit), and each failure's message
+starts with the bug it belongs to.
 """
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def render(sweep: Sweep, runs: Iterable[ConfigRun], known: Collection[str] = (),
         text = _bug_text(number, len(bugs), bug)
         ET.SubElement(props, "property", name=f"attnsweep.bug.{number}",
                       value=_text(f"{bug.signature}, {bug.size} failing configs: {bug.explanation.get('summary', '')}; "
-                                  f"minimal reproducer: {bug.reproducer or '-'}"))
+                                  f"minimal reproducer: {bug.reproducer or '-'}"
+                                  + (f"; first bad commit {bug.first_bad_commit}" if bug.first_bad_commit else "")))
         for h in bug.config_hashes:
             bug_of[h] = text
     tally = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}

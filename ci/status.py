@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from attnconfig.outcomes import FAILING_OUTCOMES, METRIC_KEYS
-from ci.verdict import bisection_text, failures_text, judge, new_bugs
+from ci.verdict import bisections_text, failures_text, judge, new_bugs
 from store import bisections as bisection_store
 from store import clusters as triage_store
 from store import repo
@@ -113,11 +113,11 @@ def commit_status(session: Session, sweep: Sweep, with_failures: bool = True) ->
     out["new_bugs"] = new_bugs(judgement, bugs) if bugs is not None else None
     out["summary"] = (failures_text(judgement, len(failing), bugs, base is not None and sweep.event == "pull_request")
                       if judgement.verdict in ("pass", "fail") else None)
-    bisection = bisection_store.bisection_for_sweep(session, sweep.id)
-    out["bisection"] = bisection_brief(bisection) if bisection is not None else None
-    out["first_bad_commit"] = bisection.first_bad if bisection is not None and bisection.status == "done" else None
-    if bisection is not None and out["summary"]:
-        out["summary"] += "; " + bisection_text(bisection.status, bisection.first_bad, bisection.candidates or ())
+    bisections = bisection_store.bisections_for_sweep(session, sweep.id)
+    out["bisections"] = [bisection_brief(b) for b in bisections]
+    out["first_bad_commits"] = list(dict.fromkeys(b.first_bad for b in bisections if b.status == "done" and b.first_bad))
+    if bisections and out["summary"]:
+        out["summary"] += "; " + bisections_text([(b.status, b.first_bad, b.candidates or ()) for b in bisections])
     if runs is not None:
         by_hash = {r.config_hash: r for r in runs}
         out["new_failures"] = [failure_public(by_hash[h]) for h in judgement.new]
@@ -127,7 +127,8 @@ def commit_status(session: Session, sweep: Sweep, with_failures: bool = True) ->
 
 def bisection_brief(row: Any) -> dict[str, Any]:
     """A CI sweep's bisection as GET /ci/{sha} shows it (the whole of it: GET /bisect/{id})."""
-    return {"id": row.id, "status": row.status, "good": row.good, "bad": row.bad, "first_bad": row.first_bad,
+    return {"id": row.id, "cluster": row.cluster_rank, "status": row.status, "good": row.good, "bad": row.bad,
+            "first_bad": row.first_bad,
             "candidates": row.candidates or [], "configs": len(row.configs or []), "error": row.error,
             "url": f"/bisect/{row.id}"}
 

@@ -17,8 +17,9 @@ request, where a bug is new when any of its configs is a new failure. Until then
 triage) the wording counts configs only.
 
 A push whose failures are new at its `before` commit and that brought several commits is
-bisected (workers/bisect.py); the text then ends "; bisecting" while that runs and "; first bad
-commit abc123456789" once it is known (`bisection_text`).
+bisected once per bug (workers/bisect.py); the text then ends "; bisecting" while one runs and
+"; first bad commit abc123456789" once known, "; first bad commits abc123456789, def123456789"
+when the bugs came in with different commits (`bisections_text`).
 """
 from __future__ import annotations
 
@@ -90,3 +91,25 @@ def bisection_text(status: str, first_bad: str | None, candidates: Sequence[str]
     if status == "done":
         return f"first bad commit one of {_plural(len(candidates), 'commit')} (untestable commits between)"
     return "bisection failed"
+
+
+def bisections_text(bisections: Sequence[tuple[str, str | None, Sequence[str]]]) -> str:
+    """A CI sweep's bisections (status, first bad commit, candidates; one per bug) in words: each
+    distinct first bad commit found, then "bisecting" while any is queued or runs, then the
+    ambiguous and failed ones counted. One bisection reads as bisection_text."""
+    if len(bisections) == 1:
+        return bisection_text(*bisections[0])
+    found: list[str] = []
+    for status, first_bad, _ in bisections:
+        if status == "done" and first_bad and first_bad[:SHORT_SHA] not in found:
+            found.append(first_bad[:SHORT_SHA])
+    parts = [f"first bad commit{'s' if len(found) > 1 else ''} {', '.join(found)}"] if found else []
+    if any(status in ("queued", "running") for status, _, _ in bisections):
+        parts.append("bisecting")
+    ambiguous = sum(1 for status, first_bad, _ in bisections if status == "done" and not first_bad)
+    if ambiguous:
+        parts.append(f"{ambiguous} ambiguous (untestable commits)")
+    failed = sum(1 for status, _, _ in bisections if status == "error")
+    if failed:
+        parts.append(f"{failed} of {len(bisections)} bisections failed")
+    return "; ".join(parts)

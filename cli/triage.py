@@ -133,6 +133,14 @@ def bug_lines(clusters: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _first_bad(cluster: dict[str, Any]) -> str:
+    if cluster.get("first_bad_commit"):
+        return cluster["first_bad_commit"]
+    status = (cluster.get("bisection") or {}).get("status")
+    states = {"queued": "bisecting", "running": "bisecting", "done": "ambiguous", "error": "bisection failed"}
+    return states.get(status, "-")
+
+
 def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
@@ -141,7 +149,9 @@ def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:
         out.print(f"sweep {sweep}: no failures", highlight=False)
         return
     table = Table(title=f"sweep {sweep}: {len(clusters)} cluster(s) of failures")
-    for column in ("#", "size", "signature", "explanation", "minimal config (fields off their defaults)", "class"):
+    bisected = any(c.get("first_bad_commit") or c.get("bisection") for c in clusters)
+    columns = ("#", "size", "signature", "explanation", "minimal config (fields off their defaults)", "class")
+    for column in columns + (("first bad commit",) if bisected else ()):
         table.add_column(column, overflow="fold")
     for i, c in enumerate(clusters, 1):
         sig = c["signature"]
@@ -149,8 +159,9 @@ def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:
         if len(c["signatures"]) > 1:
             label += " (+" + ", ".join(f"{k} {n}" for k, n in c["signatures"].items() if k != label) + ")"
         kind = (c["classification"] or {}).get("kind", "-")
-        table.add_row(str(i), str(c["size"]), label, c["explanation"]["summary"],
-                      _changed(c["example_config"], c["minimal_config"]), kind)
+        row = [str(i), str(c["size"]), label, c["explanation"]["summary"],
+               _changed(c["example_config"], c["minimal_config"]), kind]
+        table.add_row(*row, *([_first_bad(c)] if bisected else []))
     out.print(table)
 
 

@@ -107,9 +107,10 @@ class Settings(BaseSettings):
     ci_seed: int = Field(default=1, ge=0)
     # Further sweep-request fields of every CI sweep (JSON: dtypes, ranges, max_tokens, ...).
     ci_spec: dict[str, Any] = Field(default_factory=dict)
-    # A push whose sweep has new failures and that brought several commits is bisected for its
-    # first bad commit over at most this many of those failing configs (one per bug); 0: never.
-    ci_bisect_configs: int = Field(default=3, ge=0, le=20)
+    # A push whose sweep has new failures and that brought several commits is bisected for the
+    # first bad commit of each bug: one bisection per triage cluster with new failures, for at
+    # most this many clusters (the largest); 0: never.
+    ci_bisect_clusters: int = Field(default=3, ge=0, le=20)
     # Commit statuses (ci/notify.py): with a token, the state of a CI sweep is posted to
     # STATUS_API/repos/OWNER/NAME/statuses/SHA (GitHub's statuses API) when it starts and ends.
     status_token: str = ""

@@ -8,6 +8,10 @@ so a worker that lost its claim (it was thought dead, and another took the bisec
 writes nothing, and the result is written once. A `running` row whose heartbeat is older than
 its stale limit is put back to `queued` (`requeue_stale`) for the reconciler to publish again.
 
+A CI sweep's bisection of one of its clusters (`cluster_rank`, `cluster_signature`) writes its
+first bad commit onto that cluster (Cluster.first_bad_commit) in the transaction that stores
+its result, so both are written once, together.
+
 This module stores what triage computed; it imports nothing of triage/, which sits above it.
 """
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any, Mapping
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from store.models import Bisection
+from store.models import Bisection, Cluster
 from store.repo import now
 
 STATUSES = ("queued", "running", "done", "error")
@@ -34,9 +38,24 @@ def create_bisection(session: Session, **fields: Any) -> Bisection:
     return row
 
 
-def bisection_for_sweep(session: Session, sweep_id: int) -> Bisection | None:
-    """The bisection a CI sweep started, if any."""
-    return session.scalars(select(Bisection).where(Bisection.sweep_id == sweep_id)).first()
+def bisections_for_sweep(session: Session, sweep_id: int) -> list[Bisection]:
+    """The bisections a CI sweep started, in the order of its clusters (largest first)."""
+    return list(session.scalars(select(Bisection).where(Bisection.sweep_id == sweep_id)
+                                .order_by(Bisection.cluster_rank.is_(None), Bisection.cluster_rank, Bisection.id)))
+
+
+def _of_cluster(sweep_id: int, rank: int, signature: str | None) -> Any:
+    # Rank and signature both: a triage computed again may order its clusters differently.
+    return (Cluster.sweep_id == sweep_id) & (Cluster.rank == rank) & (Cluster.signature == signature)
+
+
+def bisected_cluster(session: Session, row: Bisection) -> Cluster | None:
+    """The stored cluster a CI bisection is for (None: not a cluster's, or the triage was computed
+    again without it)."""
+    if row.sweep_id is None or row.cluster_rank is None:
+        return None
+    return session.scalars(select(Cluster).where(_of_cluster(row.sweep_id, row.cluster_rank,
+                                                             row.cluster_signature))).first()
 
 
 def claim(session: Session, bisection_id: int, *, stale_after_s: float) -> int | None:
@@ -72,8 +91,15 @@ def heartbeat(session: Session, bisection_id: int, token: int, tested: list[list
 def finish(session: Session, bisection_id: int, token: int, result: Mapping[str, Any]) -> bool:
     """Store the result (BisectResult.to_dict) as `done` under the claim; False when it was lost."""
     values = {k: result.get(k) for k in ("first_bad", "steps", "skipped", "tested", "candidates", "runs")}
-    return session.execute(update(Bisection).where(_held(bisection_id, token))
-                           .values(status="done", finished_at=now(), error=None, **values)).rowcount == 1
+    if session.execute(update(Bisection).where(_held(bisection_id, token))
+                       .values(status="done", finished_at=now(), error=None, **values)).rowcount != 1:
+        return False
+    row = session.get(Bisection, bisection_id)
+    session.refresh(row)
+    if row.first_bad and row.sweep_id is not None and row.cluster_rank is not None:
+        session.execute(update(Cluster).where(_of_cluster(row.sweep_id, row.cluster_rank, row.cluster_signature))
+                        .values(first_bad_commit=row.first_bad))
+    return True
 
 
 def fail(session: Session, bisection_id: int, token: int | None, error: str, *,
@@ -121,7 +147,8 @@ def bisection_public(row: Bisection) -> dict[str, Any]:
         "first_bad": row.first_bad, "steps": row.steps, "skipped": row.skipped or [],
         "tested": [{"commit": c, "verdict": v} for c, v in (row.tested or [])], "candidates": row.candidates or [],
         "runs": row.runs, "error": row.error, "attempts": row.attempts, "repository": row.repository,
-        "commit_sha": row.commit_sha, "sweep_id": row.sweep_id, "created_at": row.created_at,
+        "commit_sha": row.commit_sha, "sweep_id": row.sweep_id, "cluster": row.cluster_rank,
+        "created_at": row.created_at,
         "started_at": row.started_at, "finished_at": row.finished_at,
     }
 

@@ -10,6 +10,10 @@ Status of a sweep without a row: `pending` while the sweep is queued or running 
 follows its end), `none` once it ended (an embedded run with --no-triage, a failed or cancelled
 sweep, a sweep stored before revision 0006).
 
+A cluster's `first_bad_commit` is written by the CI bisection of it (store/bisections.py: with
+that bisection's result), found by the sweep, rank and signature the bisection recorded; the
+clusters stored again by a recomputed triage keep it where rank and signature still match.
+
 This module stores what triage (triage.cluster.Cluster.to_dict) computed; it imports nothing of
 triage/, which sits above the store.
 """
@@ -21,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from store.models import Cluster, Sweep, SweepTriage
+from store.models import Bisection, Cluster, Sweep, SweepTriage
 from store.repo import ACTIVE_STATUSES, now
 
 STATUSES = ("none", "pending", "running", "done", "failed")
@@ -74,6 +78,11 @@ def _signature_label(signature: Any) -> str:
     return f"{signature['outcome']}/{signature.get('gate') or '-'}/{signature['location']}"
 
 
+def signature_label(signature: Any) -> str:
+    """The label a cluster's signature (Cluster.to_dict's, or a label) is stored under."""
+    return _signature_label(signature)
+
+
 def _signature_dict(label: str) -> dict[str, str | None]:
     outcome, gate, location = label.split("/", 2)
     return {"outcome": outcome, "gate": None if gate == "-" else gate, "location": location}
@@ -81,7 +90,10 @@ def _signature_dict(label: str) -> dict[str, str | None]:
 
 def store_clusters(session: Session, sweep_id: int, clusters: Sequence[Mapping[str, Any]]) -> None:
     """Replace the sweep's clusters with these (Cluster.to_dict() dicts, largest first) and mark
-    its triage done."""
+    its triage done. A cluster that a finished CI bisection was for (the same rank and signature)
+    keeps the first bad commit it found."""
+    found = {(b.cluster_rank, b.cluster_signature): b.first_bad for b in _bisections(session, sweep_id)
+             if b.status == "done" and b.first_bad}
     session.execute(delete(Cluster).where(Cluster.sweep_id == sweep_id))
     runs = 0
     for rank, c in enumerate(clusters):
@@ -93,7 +105,8 @@ def store_clusters(session: Session, sweep_id: int, clusters: Sequence[Mapping[s
             config_hashes=list(c.get("config_hashes") or []), example_config=dict(c["example_config"]),
             minimal_config=c.get("minimal_config"), reproducer=c.get("reproducer"),
             classification=detail.get("kind") if detail else None, classification_detail=detail,
-            first_bad_commit=c.get("first_bad_commit"), runs=c.get("runs")))
+            first_bad_commit=c.get("first_bad_commit") or found.get((rank, _signature_label(c["signature"]))),
+            runs=c.get("runs")))
     _finish(session, sweep_id, "done", runs=runs)
 
 
@@ -127,13 +140,20 @@ def stored_clusters(session: Session, sweep_id: int) -> list[Cluster]:
     return list(session.scalars(select(Cluster).where(Cluster.sweep_id == sweep_id).order_by(Cluster.rank)))
 
 
-def cluster_public(c: Cluster) -> dict[str, Any]:
-    """A stored cluster with the keys of triage's JSON (`attnsweep triage --json`)."""
+def _bisections(session: Session, sweep_id: int) -> list[Bisection]:
+    return list(session.scalars(select(Bisection).where(Bisection.sweep_id == sweep_id,
+                                                        Bisection.cluster_rank.is_not(None))))
+
+
+def cluster_public(c: Cluster, bisection: Bisection | None = None) -> dict[str, Any]:
+    """A stored cluster with the keys of triage's JSON (`attnsweep triage --json`), and the CI
+    bisection of it, if any."""
     return {
         "size": c.size, "signature": _signature_dict(c.signature), "signatures": c.signatures,
         "explanation": c.explanation, "example_config": c.example_config, "minimal_config": c.minimal_config,
         "reproducer": c.reproducer, "classification": c.classification_detail, "first_bad_commit": c.first_bad_commit,
         "runs": c.runs, "config_hashes": c.config_hashes,
+        "bisection": {"id": bisection.id, "status": bisection.status} if bisection is not None else None,
     }
 
 
@@ -141,7 +161,10 @@ def clusters_report(session: Session, sweep_id: int) -> dict[str, Any]:
     """{"status", "error", "clusters"}: what GET /sweeps/{id}/clusters answers."""
     row = session.get(SweepTriage, sweep_id)
     status = triage_status(session, sweep_id)
-    clusters = [cluster_public(c) for c in stored_clusters(session, sweep_id)] if status == "done" else []
+    clusters = []
+    if status == "done":
+        of = {(b.cluster_rank, b.cluster_signature): b for b in _bisections(session, sweep_id)}
+        clusters = [cluster_public(c, of.get((c.rank, c.signature))) for c in stored_clusters(session, sweep_id)]
     return {"status": status, "error": row.error if row is not None else None, "clusters": clusters}
 
 

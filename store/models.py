@@ -287,14 +287,15 @@ class Cluster(Base):
 
 class Bisection(Base):
     """Revision 0008: the search for the first commit of a kernel repository at which configs fail
-    (triage/bisect.py), asked for by POST /bisect or started for a CI push whose sweep has new
-    failures. A worker claims it (queued -> running, `attempts` + 1: the claim's token), writes
+    (triage/bisect.py), asked for by POST /bisect or started for each bug (cluster) of a CI push
+    whose sweep has new failures. A worker claims it (queued -> running, `attempts` + 1: the claim's token), writes
     the commits tested so far with each heartbeat, and stores the result (done) or the reason it
     has none (error) once, under its own claim."""
 
     __tablename__ = "bisections"
-    # One bisection per CI sweep: a triage computed again does not start a second.
-    __table_args__ = (UniqueConstraint("sweep_id", name="uq_bisections_sweep_id"),)
+    # One bisection per cluster of a CI sweep (the one without clusters: cluster_rank null, and
+    # workers/bisect.py plans none for a sweep that has any).
+    __table_args__ = (UniqueConstraint("sweep_id", "cluster_rank", name="uq_bisections_sweep_cluster"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(16), default="queued", index=True)  # queued, running, done, error
@@ -319,6 +320,10 @@ class Bisection(Base):
     repository: Mapped[str | None] = mapped_column(String(200))
     commit_sha: Mapped[str | None] = mapped_column(String(64), index=True)
     sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"))
+    # The sweep's cluster it bisects (Cluster.rank and Cluster.signature: a triage computed again
+    # replaces the rows, so their ids do not last); null when the sweep's failures had no clusters.
+    cluster_rank: Mapped[int | None] = mapped_column(Integer)
+    cluster_signature: Mapped[str | None] = mapped_column(String(200))
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # Set when its task is published to the broker (null: not yet, the reconciler publishes it).

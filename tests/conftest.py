@@ -57,3 +57,12 @@ def kernel_repo(tmp_path_factory) -> tuple[Path, list[str]]:  # noqa: ANN001
 
     repo = tmp_path_factory.mktemp("kernel-repo")
     return repo, build_kernel_repo(repo)
+
+
+@pytest.fixture(scope="session")
+def two_bug_repo(tmp_path_factory) -> tuple[Path, list[str]]:  # noqa: ANN001
+    """(folder, commit ids oldest first) of tests/kernel_repo.py's build_two_bug_repo. Read only."""
+    from tests.kernel_repo import build_two_bug_repo
+
+    repo = tmp_path_factory.mktemp("two-bug-repo")
+    return repo, build_two_bug_repo(repo)

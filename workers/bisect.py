@@ -5,28 +5,30 @@
   GPU backends to the GPU queue.
 - A CI push whose sweep has new failures (failing configs that did not fail on the finished push
   sweep of its `before` commit; all of them when that commit has none) and that brought at least
-  MIN_COMMITS commits on its first-parent line is bisected from `before` to the pushed commit.
-  The worker that triages the sweep plans it (`plan_ci_bisection`) and stores it in the
-  transaction that stores the triage (workers/triage.py), so a triage that is done has made
-  the decision once. It runs at most ATTNSWEEP_CI_BISECT_CONFIGS of those configs: one per
-  bug (the triage's clusters, largest first: the member the triage started shrinking from
-  when that is a new failure, else the first new one), or the first new ones in sampled order
-  when the triage found no clusters. The repository is the deployment's
-  ATTNSWEEP_KERNEL_REPO, the one the webhook read the pushed commit from; a worker that cannot
-  read it stores the bisection `error` with the reason, and the sweep is untouched.
+  MIN_COMMITS commits on its first-parent line is bisected from `before` to the pushed commit,
+  once per bug: one bisection for each triage cluster holding a new failure, the largest
+  ATTNSWEEP_CI_BISECT_CLUSTERS of them, each over one config of its own (`representative`) and
+  stored with the cluster's rank and signature. When the triage failed or found no clusters,
+  one bisection runs over the first new failure in sampled order. The worker that triages the
+  sweep plans them (`plan_ci_bisections`) and stores them in the transaction that stores the
+  triage (workers/triage.py), so a triage that is done has made the decision once. The
+  repository is the deployment's ATTNSWEEP_KERNEL_REPO, the one the webhook read the pushed
+  commit from; a worker that cannot read it stores the bisections `error` with the reason, and
+  the sweep is untouched.
 
 `run_bisection` claims the row (store/bisections.py), runs the bisection with a heartbeat after
 each commit tested (the commits tested so far are stored with it), and stores the result once,
-under its claim. A task delivered again finds the bisection running or done and does nothing;
-a bisection whose worker died (no heartbeat for `stale_after_s`) is put back to queued and
-published again by the reconciler (workers.outbox), and one whose worker died MAX_ATTEMPTS
-times is stored `error`. A task the broker did not take is published by the reconciler too.
+under its claim; a cluster's bisection writes its first bad commit onto the stored cluster in
+that same transaction (store/bisections.py). A task delivered again finds the bisection running
+or done and does nothing; a bisection whose worker died (no heartbeat for `stale_after_s`) is
+put back to queued and published again by the reconciler (workers.outbox), and one whose
+worker died MAX_ATTEMPTS times is stored `error`. A task the broker did not take is published by the reconciler too.
 """
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -34,6 +36,7 @@ from sqlalchemy.orm import Session
 from settings import Settings, get_settings
 from store import bisections as stored
 from store.db import is_unreachable, session_scope
+from store.clusters import signature_label
 from store.models import Bisection, ConfigRun, Sweep
 from store.repo import now
 
@@ -179,93 +182,125 @@ def publish_pending(session: Session, celery: Celery, settings: Settings) -> int
     return done
 
 
-# --- a CI push's bisection --------------------------------------------------------------------------
-def _representatives(new: Sequence[ConfigRun], clusters: Sequence[dict[str, Any]] | None, limit: int) -> list[ConfigRun]:
+# --- a CI push's bisections -----------------------------------------------------------------------
+# Classifications under which the minimal config failed with its cluster's signature whenever it
+# ran on its own inputs: a bisection over it sees the bug at every commit that has it.
+REPEATS = ("deterministic", "data_dependent")
+
+
+def _cost(config: Mapping[str, Any]) -> tuple[int, str]:
+    # The problem's size, as triage.cluster.Cluster.example orders members.
     from attnconfig import parse_config
 
-    by_hash = {r.config_hash: r for r in new}
-    picked: list[str] = []
-    for cluster in clusters or ():
-        start = parse_config(cluster["example_config"]).content_hash()
-        members = [start, *(cluster.get("config_hashes") or ())]
-        chosen = next((h for h in members if h in by_hash), None)
-        if chosen is not None and chosen not in picked:
-            picked.append(chosen)
-    if not picked:
-        picked = [r.config_hash for r in new]
-    return [by_hash[h] for h in picked[:limit]]
+    c = parse_config(config)
+    return (c.g * c.num_heads_q * c.seq_len_q * c.seq_len_k * (c.head_dim_qk + c.head_dim_v) * c.split_kv,
+            c.content_hash())
 
 
-def plan_ci_bisection(url: str, sweep_id: int, settings: Settings,
-                      clusters: Sequence[dict[str, Any]] | None) -> dict[str, Any] | None:
-    """The bisection a finished CI push sweep is owed (Bisection columns), an `error` one when
-    the repository cannot be read here, or None when it is owed none (see the module docstring).
-    `clusters`: the triage's (Cluster.to_dict()), None when the triage failed."""
+def representative(cluster: Mapping[str, Any], new: Mapping[str, ConfigRun]) -> dict[str, Any] | None:
+    """The config a cluster (Cluster.to_dict) is bisected over, None when it holds no new failure
+    (`new`: the sweep's new failures by config hash). Every choice failed at the pushed commit:
+    - its minimal config, when the shrink started from a new failure and the minimal config
+      failed with the cluster's signature each time the classification repeated it (not
+      classified: the shrink's own run of it): the cheapest config the bug shows in;
+    - else the member the shrink started from, when it is a new failure;
+    - else the cluster's cheapest new failure (the shrink started from a known one, whose
+      smaller configs may fail at `before` as well)."""
+    from attnconfig import parse_config
+
+    members = [h for h in cluster.get("config_hashes") or () if h in new]
+    if not members:
+        return None
+    start = parse_config(cluster["example_config"]).content_hash()
+    if start in new:
+        kind = (cluster.get("classification") or {}).get("kind")
+        if cluster.get("minimal_config") is not None and (cluster.get("classification") is None or kind in REPEATS):
+            return dict(cluster["minimal_config"])
+        return dict(new[start].config)
+    return dict(min((new[h].config for h in members), key=_cost))
+
+
+def plan_ci_bisections(url: str, sweep_id: int, settings: Settings,
+                       clusters: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """The bisections a finished CI push sweep is owed (Bisection columns), `error` ones when the
+    repository cannot be read here; empty when it is owed none (see the module docstring).
+    `clusters`: the triage's (Cluster.to_dict(), largest first), None when the triage failed."""
     from ci.status import before_sweep, failing_hashes, failing_runs
     from kernelsrc.git import KernelRepoError, first_parent_commits
 
-    if settings.ci_bisect_configs == 0:
-        return None
+    if settings.ci_bisect_clusters == 0:
+        return []
     with session_scope(url) as s:
         sweep = s.get(Sweep, sweep_id)
         if sweep is None or sweep.event != "push" or sweep.status != "done" or not sweep.commit_sha:
-            return None
-        if stored.bisection_for_sweep(s, sweep_id) is not None:
-            return None
+            return []
+        if stored.bisections_for_sweep(s, sweep_id):
+            return []
         before = ((sweep.request or {}).get("ci") or {}).get("before")
         if not before or before == sweep.commit_sha:
-            return None
+            return []
         base = before_sweep(s, sweep)
         known = failing_hashes(s, base.id) if base is not None else set()
-        new = [r for r in failing_runs(s, sweep_id) if r.config_hash not in known]
+        new = {r.config_hash: r for r in failing_runs(s, sweep_id) if r.config_hash not in known}
         if not new:
-            return None
-        chosen = _representatives(new, clusters, settings.ci_bisect_configs)
+            return []
+        targets: list[tuple[int | None, str | None, dict[str, Any]]] = []
+        for rank, cluster in enumerate(clusters or ()):
+            config = representative(cluster, new)
+            if config is not None and len(targets) < settings.ci_bisect_clusters:
+                targets.append((rank, signature_label(cluster["signature"]), config))
+        if not clusters:
+            targets = [(None, None, dict(next(iter(new.values())).config))]
         named = Counter(s.scalars(select(ConfigRun.backend).where(ConfigRun.sweep_id == sweep_id,
                                                                  ConfigRun.backend.is_not(None))))
         request = sweep.request or {}
-        plan: dict[str, Any] = {
+        common: dict[str, Any] = {
             "repo": settings.kernel_repo, "good": before, "bad": sweep.commit_sha,
             "backend": named.most_common(1)[0][0] if named else sweep.backend,
-            "configs": [r.config for r in chosen], "defects": list(request.get("defects") or []),
-            "err_ratio_gate": request.get("err_ratio_gate"), "repository": sweep.repository,
-            "commit_sha": sweep.commit_sha, "sweep_id": sweep_id,
+            "defects": list(request.get("defects") or []), "err_ratio_gate": request.get("err_ratio_gate"),
+            "repository": sweep.repository, "commit_sha": sweep.commit_sha, "sweep_id": sweep_id,
         }
+    if not targets:
+        return []
     try:
-        commits = first_parent_commits(settings.kernel_repo, before, plan["bad"], settings.kernel_repo_cache)
+        commits = first_parent_commits(settings.kernel_repo, before, common["bad"], settings.kernel_repo_cache)
     except KernelRepoError as exc:
         where = "" if exc.missing else "the kernel repository cannot be read from this worker: "
-        return {**plan, "status": "error", "error": f"{where}{exc}"}
-    if len(commits) - 1 < MIN_COMMITS:
-        return None
-    return plan
+        common = {**common, "status": "error", "error": f"{where}{exc}"}
+    else:
+        if len(commits) - 1 < MIN_COMMITS:
+            return []
+    return [{**common, "configs": [config], "cluster_rank": rank, "cluster_signature": signature}
+            for rank, signature, config in targets]
 
 
-def store_plan(session: Session, plan: dict[str, Any] | None) -> int | None:
-    """Store a planned CI bisection (queued, or error) unless its sweep has one; its id. The
+def store_plans(session: Session, plans: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Store planned CI bisections (queued, or error) unless their sweep has some; their ids. The
     caller commits, in the transaction that stores the triage."""
-    if plan is None or stored.bisection_for_sweep(session, plan["sweep_id"]) is not None:
-        return None
-    fields = {k: v for k, v in plan.items() if k not in ("status", "error")}
-    row = stored.create_bisection(session, **fields)
-    if plan.get("status") == "error":
-        row.status, row.error, row.finished_at = "error", plan["error"], now()
-        session.flush()
-    return row.id
+    if not plans or stored.bisections_for_sweep(session, plans[0]["sweep_id"]):
+        return []
+    ids = []
+    for plan in plans:
+        row = stored.create_bisection(session, **{k: v for k, v in plan.items() if k not in ("status", "error")})
+        if plan.get("status") == "error":
+            row.status, row.error, row.finished_at = "error", plan["error"], now()
+            session.flush()
+        ids.append(row.id)
+    return ids
 
 
-def ci_bisection_plan(url: str, sweep_id: int, settings: Settings,
-                      clusters: Sequence[dict[str, Any]] | None) -> dict[str, Any] | None:
-    """plan_ci_bisection that never raises: a plan that cannot be made is logged, and the
-    triage is stored without it."""
+def ci_bisection_plans(url: str, sweep_id: int, settings: Settings,
+                       clusters: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """plan_ci_bisections that never raises: plans that cannot be made are logged, and the
+    triage is stored without them."""
     try:
-        return plan_ci_bisection(url, sweep_id, settings, clusters)
-    except Exception:  # noqa: BLE001 - the triage must not fail for its bisection
-        log.exception("sweep %s: its CI bisection could not be planned", sweep_id)
-        return None
+        return plan_ci_bisections(url, sweep_id, settings, clusters)
+    except Exception:  # noqa: BLE001 - the triage must not fail for its bisections
+        log.exception("sweep %s: its CI bisections could not be planned", sweep_id)
+        return []
 
 
-def queued_for_sweep(session: Session, sweep_id: int) -> int | None:
-    """The id of the sweep's bisection when it is queued and not yet published."""
-    row = stored.bisection_for_sweep(session, sweep_id)
-    return row.id if row is not None and row.status == "queued" and row.enqueued_at is None else None
+def queued_for_sweep(session: Session, sweep_id: int) -> list[int]:
+    """The ids of the sweep's bisections that are queued and not yet published."""
+    return [row.id for row in stored.bisections_for_sweep(session, sweep_id)
+            if row.status == "queued" and row.enqueued_at is None]

@@ -13,14 +13,14 @@ within the settings' bounds (the largest TRIAGE_CLUSTERS clusters shrunk, each s
 in runs and seconds, each run in seconds) and stores the clusters, replacing any earlier ones.
 Any error is stored as the triage's `failed` reason: a triage never fails the sweep.
 
-A CI push sweep's bisection (workers/bisect.py) is planned here and stored in the transaction that
-stores the triage, done or failed, so the decision is made once per triage; its task is
-published after that commit (or by the reconciler).
+A CI push sweep's bisections (workers/bisect.py: one per cluster with new failures) are planned
+here and stored in the transaction that stores the triage, done or failed, so the decision is
+made once per triage; their tasks are published after that commit (or by the reconciler).
 """
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from sqlalchemy.orm import Session
 
@@ -46,9 +46,9 @@ def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, bac
     """Compute and store the sweep's clusters unless another call did (or does); returns the
     triage's status afterwards (done, failed; running when another holds it; none when there
     is no such sweep). `bounds` replace the settings' (triage_bounds' keys). With `celery`, the
-    CI bisection it stores is published here."""
+    CI bisections it stores are published here."""
     from triage.sweep import triage_sweep
-    from workers.bisect import ci_bisection_plan, store_plan
+    from workers.bisect import ci_bisection_plans, store_plans
 
     settings = settings or get_settings()
     with session_scope(url) as s:
@@ -59,10 +59,10 @@ def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, bac
     try:
         with session_scope(url) as s:
             found = [c.to_dict() for c in triage_sweep(s, sweep_id, backend, **{**triage_bounds(settings), **(bounds or {})})]
-        plan = ci_bisection_plan(url, sweep_id, settings, found)
+        plans = ci_bisection_plans(url, sweep_id, settings, found)
         with session_scope(url) as s:
             stored.store_clusters(s, sweep_id, found)
-            store_plan(s, plan)
+            store_plans(s, plans)
     except BaseException as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         log.exception("triage of sweep %s failed", sweep_id)
@@ -70,42 +70,41 @@ def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, bac
             record_failure(url, sweep_id, reason)
             raise
         # The new failures are bisected all the same, from the sweep's results alone.
-        record_failure(url, sweep_id, reason, ci_bisection_plan(url, sweep_id, settings, None))
+        record_failure(url, sweep_id, reason, ci_bisection_plans(url, sweep_id, settings, None))
         outcome = "failed"
     else:
         outcome = "done"
     if celery is not None:
-        publish_sweep_bisection(url, celery, settings, sweep_id)
+        publish_sweep_bisections(url, celery, settings, sweep_id)
     # A CI sweep's commit status again, now counting bugs (ci.verdict.failures_text) and saying
-    # whether its first bad commit is being looked for.
+    # whether their first bad commits are being looked for.
     from ci.notify import sweep_ended as post_final_status
 
     post_final_status(sweep_id, url)
     return outcome
 
 
-def record_failure(url: str, sweep_id: int, reason: str, bisection: dict[str, Any] | None = None) -> None:
-    """Store the triage failed with `reason` (and the CI bisection planned without it); a
+def record_failure(url: str, sweep_id: int, reason: str, bisections: Sequence[dict[str, Any]] = ()) -> None:
+    """Store the triage failed with `reason` (and the CI bisections planned without it); a
     database that is away too is logged, not raised."""
-    from workers.bisect import store_plan
+    from workers.bisect import store_plans
 
     try:
         with session_scope(url) as s:
             stored.fail_triage(s, sweep_id, reason)
-            store_plan(s, bisection)
+            store_plans(s, bisections)
     except Exception:  # noqa: BLE001 - the row stays running and is taken again once stale
         log.exception("triage of sweep %s: its failure was not stored", sweep_id)
 
 
-def publish_sweep_bisection(url: str, celery: Celery, settings: Settings, sweep_id: int) -> None:
-    """Publish the task of the sweep's CI bisection when it is queued and unpublished; the
-    reconciler publishes it when the broker does not take it now."""
+def publish_sweep_bisections(url: str, celery: Celery, settings: Settings, sweep_id: int) -> None:
+    """Publish the tasks of the sweep's CI bisections that are queued and unpublished; the
+    reconciler publishes those the broker does not take now."""
     from workers.bisect import publish_bisection, queued_for_sweep
 
     try:
         with session_scope(url) as s:
-            bisection_id = queued_for_sweep(s, sweep_id)
-            if bisection_id is not None:
+            for bisection_id in queued_for_sweep(s, sweep_id):
                 publish_bisection(s, celery, settings, bisection_id)
     except Exception:  # noqa: BLE001 - the reconciler publishes it
         log.exception("sweep %s: its CI bisection was not published", sweep_id)

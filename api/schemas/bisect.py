@@ -122,6 +122,8 @@ class BisectionPublic(BaseModel):
     repository: str | None = Field(description="a CI push's bisection: owner/name of the repository pushed to")
     commit_sha: str | None = Field(description="a CI push's bisection: the pushed commit")
     sweep_id: int | None = Field(description="a CI push's bisection: the sweep of the pushed commit")
+    cluster: int | None = Field(default=None, description="a CI push's bisection of one bug: its index in GET "
+                                                          "/sweeps/{sweep_id}/clusters (0: the largest); null otherwise")
     created_at: datetime = Field(description="when it was asked for (UTC)")
     started_at: datetime | None = Field(description="when a worker last took it (UTC)")
     finished_at: datetime | None = Field(description="when it ended (UTC)")

@@ -43,15 +43,17 @@ class CiFailure(BaseModel):
 
 
 class CiBisection(BaseModel):
-    """The bisection of a push whose sweep has new failures (GET /bisect/{id} has all of it)."""
+    """The bisection of one bug of a push whose sweep has new failures (GET /bisect/{id} has all of it)."""
 
     id: int = Field(description="the bisection's id")
+    cluster: int | None = Field(description="the bug it bisects: its index in GET /sweeps/{id}/clusters (0: the "
+                                            "largest); null when the failures have no clusters (the triage failed)")
     status: Literal["queued", "running", "done", "error"] = Field(description="queued, running, done or error")
     good: str = Field(description="the push's `before` commit, where it starts")
     bad: str = Field(description="the pushed commit")
-    first_bad: str | None = Field(description="the first commit at which a new failure fails; null until done")
+    first_bad: str | None = Field(description="the first commit at which the bug's config fails; null until done")
     candidates: list[str] = Field(description="when untestable commits leave it ambiguous: the commits it may be")
-    configs: int = Field(description="new failing configs it runs (one per bug)")
+    configs: int = Field(description="configs it runs at each commit (one: the bug's representative failure)")
     error: str | None = Field(description="why it has no result (the repository cannot be read from the worker, ...)")
     url: str = Field(description="GET /bisect/{id}")
 
@@ -92,12 +94,15 @@ class CiStatus(BaseModel):
                                              "the triage")
     summary: str | None = Field(description="the failures in words: '2 new bugs in 119 failing configs' once triaged, "
                                             "'119 failing' before, then '; bisecting' or '; first bad commit "
-                                            "abc123456789' for a push whose new failures are bisected; null until the "
-                                            "sweep ends")
-    bisection: CiBisection | None = Field(
-        default=None, description="a push with new failures that brought several commits: the search for the first "
-                                  "bad one among them (started after the triage); null otherwise")
-    first_bad_commit: str | None = Field(default=None, description="the first bad commit once the bisection found it")
+                                            "abc123456789' ('; first bad commits abc123456789, def123456789' when "
+                                            "bugs came in with different commits) for a push whose new failures are "
+                                            "bisected; null until the sweep ends")
+    bisections: list[CiBisection] = Field(
+        default_factory=list, description="a push with new failures that brought several commits: the search for the "
+                                          "first bad commit of each bug with new failures (started after the triage), "
+                                          "largest bug first; empty otherwise")
+    first_bad_commits: list[str] = Field(default_factory=list, description="the distinct first bad commits the "
+                                                                           "bisections found so far, largest bug first")
 
 
 class CiCommit(BaseModel):

@@ -46,6 +46,12 @@ class ClassificationPublic(BaseModel):
     runs: int = Field(description="real runs the classification spent")
 
 
+class ClusterBisection(BaseModel):
+    id: int = Field(description="the bisection's id: GET /bisect/{id}")
+    status: Literal["queued", "running", "done", "error"] = Field(description="queued, running, done (first_bad_commit "
+                                                                              "set when it found one) or error")
+
+
 class ClusterPublic(BaseModel):
     size: int = Field(description="failing configs in the cluster")
     signature: SignaturePublic = Field(description="outcome, gate and location the cluster is named by")
@@ -57,8 +63,10 @@ class ClusterPublic(BaseModel):
                                                               "when the cluster was not shrunk (beyond the triage's bounds)")
     reproducer: str | None = Field(description="a command line that runs the smallest config as the sweep did")
     classification: ClassificationPublic | None = Field(description="whether the failure repeats; null when not classified")
-    first_bad_commit: str | None = Field(description="the first commit of the kernel repository where it fails; null "
-                                                     "until bisected")
+    first_bad_commit: str | None = Field(description="the first commit of the kernel repository where it fails (a "
+                                                     "CI push's bisection of it); null until bisected")
+    bisection: ClusterBisection | None = Field(default=None, description="the CI push's bisection of this bug "
+                                                                          "(GET /bisect/{id}); null when none was started")
     runs: int | None = Field(description="real runs shrinking and classifying it spent")
     config_hashes: list[str] = Field(description="content hashes of its member configs (GET /sweeps/{id}/results)")
 

@@ -1,5 +1,5 @@
 """Bisections: the first bad commit of a kernel repository for given configs, asked through the
-API or started for a CI push's new failures
+API or started for each bug (cluster) of a CI push's new failures
 
 Revision ID: 0008
 Revises: 0007
@@ -39,6 +39,8 @@ def upgrade() -> None:
         sa.Column('repository', sa.String(length=200), nullable=True),
         sa.Column('commit_sha', sa.String(length=64), nullable=True),
         sa.Column('sweep_id', sa.Integer(), nullable=True),
+        sa.Column('cluster_rank', sa.Integer(), nullable=True),
+        sa.Column('cluster_signature', sa.String(length=200), nullable=True),
         sa.Column('attempts', sa.Integer(), server_default='0', nullable=False),
         sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.Column('enqueued_at', sa.DateTime(timezone=True), nullable=True),
@@ -47,7 +49,7 @@ def upgrade() -> None:
         sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(['sweep_id'], ['sweeps.id'], ondelete='SET NULL'),
         sa.PrimaryKeyConstraint('id'),
-        sa.UniqueConstraint('sweep_id', name='uq_bisections_sweep_id'),
+        sa.UniqueConstraint('sweep_id', 'cluster_rank', name='uq_bisections_sweep_cluster'),
     )
     op.create_index(op.f('ix_bisections_status'), 'bisections', ['status'], unique=False)
     op.create_index(op.f('ix_bisections_commit_sha'), 'bisections', ['commit_sha'], unique=False)

@@ -1,8 +1,8 @@
 """Bisections for real: PostgreSQL, Redis and an `attnsweep worker` subprocess, over the kernel
 repository of tests/kernel_repo.py (commit DEFECT turns causal_off_by_one on). A POSTed bisection
 is run by the worker and GET /bisect/{id} ends done with that commit; a CI push over the same
-history has its new failures bisected by the worker after the sweep and its triage, and
-GET /ci/{sha} ends naming the first bad commit."""
+history has its bug (the triage's one cluster) bisected by the worker after the sweep and its
+triage, and GET /ci/{sha} and the cluster end naming the first bad commit."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -64,13 +64,16 @@ def test_a_ci_push_over_the_defect_commit_names_it_once_bisected(service, repo_w
             body = c.get(f"/ci/{shas[-1]}").json()
             if body["summary"]:
                 seen.add(body["summary"].rsplit("; ", 1)[-1])
-            bisection = body.get("bisection") or {}
-            if bisection.get("status") == "error":
-                raise AssertionError(f"bisection error: {bisection['error']}\n{repo_worker.tail()}")
-            return body if body["first_bad_commit"] else None
+            for bisection in body["bisections"]:
+                if bisection["status"] == "error":
+                    raise AssertionError(f"bisection error: {bisection['error']}\n{repo_worker.tail()}")
+            return body if body["first_bad_commits"] else None
 
         body = wait_for(named, 240, f"the first bad commit of the push\n{repo_worker.tail()}", interval=0.3)
-    assert (body["state"], body["verdict"], body["triage"]) == ("done", "fail", "done")
-    assert body["first_bad_commit"] == shas[DEFECT] and body["bisection"]["status"] == "done"
+        clusters = c.get(f"/sweeps/{body['sweep_id']}/clusters").json()["clusters"]
+    assert (body["state"], body["verdict"], body["triage"], body["bugs"]) == ("done", "fail", "done", 1)
+    assert body["first_bad_commits"] == [shas[DEFECT]] and [b["status"] for b in body["bisections"]] == ["done"]
     assert body["summary"].endswith(f"first bad commit {shas[DEFECT][:12]}"), body["summary"]
+    assert [(k["first_bad_commit"], k["bisection"]) for k in clusters] == [
+        (shas[DEFECT], {"id": body["bisections"][0]["id"], "status": "done"})]
     print(f"\nsummaries seen while polling: {sorted(seen)}")

@@ -120,6 +120,15 @@ const TRIAGE_TEXT = {
 
 function signatureLabel(s) { return `${s.outcome}/${s.gate || "-"}/${s.location}`; }
 
+// The CI bisection of the cluster, when a push started one: its state until it names the commit.
+function firstBad(c) {
+  if (c.first_bad_commit) return el("code", {}, c.first_bad_commit);
+  const b = c.bisection;
+  if (!b) return "–";
+  const state = { queued: "bisecting", running: "bisecting", done: "ambiguous", error: "bisection failed" }[b.status];
+  return el("a", { href: `/bisect/${b.id}` }, state || b.status);
+}
+
 function clusterCard(c, i) {
   const kind = c.classification ? c.classification.kind : null;
   const smallest = c.minimal_config || c.example_config;
@@ -131,7 +140,7 @@ function clusterCard(c, i) {
     el("p", { class: "explanation" }, c.explanation.summary),
     el("dl", { class: "cluster-facts" },
       el("dt", {}, "classification"), el("dd", { class: "classification" }, kind || "–"),
-      el("dt", {}, "first bad commit"), el("dd", { class: "first-bad" }, c.first_bad_commit ? el("code", {}, c.first_bad_commit) : "–"),
+      el("dt", {}, "first bad commit"), el("dd", { class: "first-bad" }, firstBad(c)),
       el("dt", {}, c.minimal_config ? "minimal config" : "smallest member"),
       el("dd", {}, el("code", { class: "minimal-config" }, JSON.stringify(smallest)))),
     c.reproducer ? el("div", { class: "cluster-reproducer" }, copy, el("pre", { class: "reproducer" }, c.reproducer)) : null);

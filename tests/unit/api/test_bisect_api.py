@@ -51,7 +51,7 @@ def test_a_posted_bisection_is_queued_for_a_worker_which_finds_the_first_bad_com
     assert done["tested"][:2] == [{"commit": shas[0], "verdict": "good"}, {"commit": shas[-1], "verdict": "bad"}]
     assert 1 <= done["steps"] <= math.ceil(math.log2(COMMITS)) and done["runs"] == len(done["tested"])
     assert (done["repo"], done["good"], done["bad"], done["backend"]) == (str(repo), shas[0], shas[-1], "cpu")
-    assert done["attempts"] == 1 and done["finished_at"] is not None and done["sweep_id"] is None
+    assert done["attempts"] == 1 and done["finished_at"] is not None and (done["sweep_id"], done["cluster"]) == (None, None)
 
     # A second delivery of the task finds it done: nothing runs, nothing is written again.
     assert run_bisection(settings.database_url, bid, settings) == "done"

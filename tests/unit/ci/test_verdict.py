@@ -1,7 +1,8 @@
-"""The verdict rules: pass/fail for pushes, new versus known failures for pull requests."""
+"""The verdict rules: pass/fail for pushes, new versus known failures for pull requests; the
+bisections of a push in words."""
 from __future__ import annotations
 
-from ci.verdict import judge
+from ci.verdict import bisections_text, judge
 
 
 def test_unfinished_and_broken_sweeps_have_no_kernel_verdict():
@@ -82,3 +83,17 @@ def test_commit_status_and_junit_report_stored_bugs(sqlite_url):
     assert props["attnsweep.bug.1"].startswith(f"fail/rms/rowwise, {failing} failing configs: dtype=bf16 and split_kv>=16")
     messages = [e.get("message") for e in doc.iter() if e.tag in ("failure", "error")]
     assert len(messages) == failing and all(m.startswith("bug 1 of 1 (dtype=bf16 and split_kv>=16): ") for m in messages)
+
+
+def test_bisections_name_each_distinct_first_bad_commit_and_whether_any_still_runs():
+    a, b = "a" * 40, "b" * 40
+    assert bisections_text([("done", a, ())]) == f"first bad commit {a[:12]}"
+    assert bisections_text([("running", None, ())]) == "bisecting"
+    assert bisections_text([("error", None, ())]) == "bisection failed"
+    # Two bugs of one commit: named once.
+    assert bisections_text([("done", a, ()), ("done", a, ())]) == f"first bad commit {a[:12]}"
+    assert bisections_text([("done", a, ()), ("done", b, ())]) == f"first bad commits {a[:12]}, {b[:12]}"
+    assert bisections_text([("done", a, ()), ("queued", None, ())]) == f"first bad commit {a[:12]}; bisecting"
+    assert bisections_text([("queued", None, ()), ("running", None, ())]) == "bisecting"
+    assert (bisections_text([("done", a, ()), ("done", None, ("c" * 40, "d" * 40)), ("error", None, ())])
+            == f"first bad commit {a[:12]}; 1 ambiguous (untestable commits); 1 of 3 bisections failed")
