@@ -39,6 +39,7 @@ from store.db import is_unreachable, session_scope
 from store.clusters import signature_label
 from store.models import Bisection, ConfigRun, Sweep
 from store.repo import now
+from workers.publish import send_background_task
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -157,15 +158,10 @@ def publish_bisection(session: Session, celery: Celery, settings: Settings, bise
     row = session.get(Bisection, bisection_id)
     if row is None or row.status != "queued":
         return False
-    # The broker's libraries load here, as in workers/triage.py.
-    from workers.app import TASK_BISECT, queue_kind
+    from workers.app import TASK_BISECT
 
-    queue = settings.queue_name(queue_kind(row.backend))
-    try:
-        celery.send_task(TASK_BISECT, args=(bisection_id,), queue=queue, time_limit=settings.bisect_time_limit_s,
-                         argsrepr=f"(bisection={bisection_id})", kwargsrepr="{}")
-    except Exception as exc:  # noqa: BLE001 - kombu raises its own and the transport's errors
-        log.warning("bisection %s not published (%s); the reconciler publishes it", bisection_id, exc)
+    if not send_background_task(celery, settings, TASK_BISECT, bisection_id, row.backend,
+                                settings.bisect_time_limit_s, f"bisection={bisection_id}"):
         return False
     stored.mark_enqueued(session, bisection_id)
     return True

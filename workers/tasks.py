@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
+from typing import Any, Callable
 
 from celery import Task, shared_task
 from celery.exceptions import TimeLimitExceeded
@@ -75,6 +75,20 @@ def run_configs(self: ConfigBatchTask, sweep_id: int, items: list, backend: str,
         raise self.retry(exc=exc, countdown=countdown) from None
 
 
+def _retry_when_unreachable(task: Task, what: str, run: Callable[[], str]) -> str:
+    """run(), retried later when the database cannot be reached: the work is stored nowhere yet."""
+    from store.db import is_unreachable
+
+    try:
+        return run()
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+        countdown = db_retry_countdown(task.request.retries)
+        log.warning("%s: the database cannot be reached (%s); retried in %.0f s", what, type(exc).__name__, countdown)
+        raise task.retry(exc=exc, countdown=countdown) from None
+
+
 class TriageTask(ConfigBatchTask):
     """Acknowledged late like a batch: a triage delivered again after its worker died claims the
     sweep's triage once the first claim is stale (store.clusters.claim_triage), and one already
@@ -91,18 +105,10 @@ class TriageTask(ConfigBatchTask):
 @shared_task(name=TASK_TRIAGE, bind=True, base=TriageTask)
 def triage_sweep(self: TriageTask, sweep_id: int) -> str:
     """Cluster, shrink and classify the failures of finished sweep `sweep_id`; store the clusters."""
-    from store.db import is_unreachable
     from workers.triage import run_triage
 
-    try:
-        return run_triage(self.settings.database_url, sweep_id, self.settings, celery=self.app)
-    except Exception as exc:
-        if not is_unreachable(exc):
-            raise
-        countdown = db_retry_countdown(self.request.retries)
-        log.warning("triage of sweep %s: the database cannot be reached (%s); retried in %.0f s",
-                    sweep_id, type(exc).__name__, countdown)
-        raise self.retry(exc=exc, countdown=countdown) from None
+    return _retry_when_unreachable(self, f"triage of sweep {sweep_id}",
+                                   lambda: run_triage(self.settings.database_url, sweep_id, self.settings, celery=self.app))
 
 
 class BisectTask(ConfigBatchTask):
@@ -121,15 +127,7 @@ class BisectTask(ConfigBatchTask):
 @shared_task(name=TASK_BISECT, bind=True, base=BisectTask)
 def bisect_commits(self: BisectTask, bisection_id: int) -> str:
     """Find the first bad commit of stored bisection `bisection_id`; store it."""
-    from store.db import is_unreachable
     from workers.bisect import run_bisection
 
-    try:
-        return run_bisection(self.settings.database_url, bisection_id, self.settings)
-    except Exception as exc:
-        if not is_unreachable(exc):
-            raise
-        countdown = db_retry_countdown(self.request.retries)
-        log.warning("bisection %s: the database cannot be reached (%s); retried in %.0f s",
-                    bisection_id, type(exc).__name__, countdown)
-        raise self.retry(exc=exc, countdown=countdown) from None
+    return _retry_when_unreachable(self, f"bisection {bisection_id}",
+                                   lambda: run_bisection(self.settings.database_url, bisection_id, self.settings))

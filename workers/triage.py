@@ -28,6 +28,7 @@ from settings import Settings, get_settings
 from store import clusters as stored
 from store.db import session_scope
 from store.models import Sweep
+from workers.publish import send_background_task
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -116,15 +117,10 @@ def publish_triage(session: Session, celery: Celery, settings: Settings, sweep_i
     sweep = session.get(Sweep, sweep_id)
     if sweep is None:
         return False
-    # The broker's libraries load here: the embedded run triages in-process and needs none of them.
-    from workers.app import TASK_TRIAGE, queue_kind
+    from workers.app import TASK_TRIAGE
 
-    queue = settings.queue_name(queue_kind(sweep.backend))
-    try:
-        celery.send_task(TASK_TRIAGE, args=(sweep_id,), queue=queue, time_limit=settings.triage_time_limit_s,
-                         argsrepr=f"(sweep={sweep_id})", kwargsrepr="{}")
-    except Exception as exc:  # noqa: BLE001 - kombu raises its own and the transport's errors
-        log.warning("triage of sweep %s not published (%s); the reconciler publishes it", sweep_id, exc)
+    if not send_background_task(celery, settings, TASK_TRIAGE, sweep_id, sweep.backend,
+                                settings.triage_time_limit_s, f"sweep={sweep_id}"):
         return False
     stored.mark_enqueued(session, sweep_id)
     return True
