@@ -6,7 +6,8 @@
 #     bash tools/evidence/gpu_call.sh defaults   # benchmark, GPU suite, sweeps; files go to $OUT
 #     bash tools/evidence/gpu_call.sh tune       # prefill tile settings and Nsight Compute
 #     bash tools/evidence/gpu_call.sh regimes    # per-regime calibration, defects with regimes
-#     bash tools/evidence/gpu_call.sh triage     # each defect switch swept and triaged
+#     bash tools/evidence/gpu_call.sh triage     # each numeric defect switch swept and triaged
+#     bash tools/evidence/gpu_call.sh triage-faults   # the same for the fault switches
 #
 # `defaults` checks what is committed, with no kernel setting overridden (570 s in limits):
 #   env-and-pytest.txt        the device, `pytest -m gpu tests/gpu`
@@ -19,12 +20,13 @@
 #   prefill.txt               tools/tune_mma.py --prefill, 64- and 128-key tiles at D = 32, 64,
 #                             128 (32 and 64 at 256), then Nsight Compute on our prefill and flash's
 #
-# `regimes` (560 s in limits):
+# `regimes` (550 s in limits):
 #   regimes/                  tools/evidence/regimes.py, 2,000 configs of each regime but normal
-#   regime-defects.txt        gpu_evidence.py regime-defects, 300 configs a sweep (its files stay)
-# `triage` (540 s in limits):
-#   triage.txt, triage.jsonl  per defect switch: a 300-config sweep with it compiled in, then
-#                             `attnsweep triage --json` (one JSON line per switch)
+#   regime-defects.txt        gpu_evidence.py regime-defects for no_zero_sum_guard and
+#                             combine_no_max_shift, 300 configs a sweep (its files stay)
+# `triage` (525 s in limits), `triage-faults` (540 s):
+#   triage.txt, triage.jsonl  per defect switch: a sweep with it compiled in (300 configs; 150 for
+#                             a fault switch), then `attnsweep triage --json` (a JSON line each)
 #
 # .whl holds the cp312 wheels the machine lacks (tests/gpu/README.md), made here with:
 #   .venv/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -42,9 +44,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
 
-PART=${1:?defaults, tune, regimes or triage}
-case $PART in defaults|tune|regimes|triage) ;;
-    *) echo "unknown part $PART: defaults, tune, regimes or triage" >&2; exit 2;; esac
+PART=${1:?defaults, tune, regimes, triage or triage-faults}
+case $PART in defaults|tune|regimes|triage|triage-faults) ;;
+    *) echo "unknown part $PART: defaults, tune, regimes, triage or triage-faults" >&2; exit 2;; esac
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
   nproc; python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)"; } \
@@ -83,23 +85,31 @@ fi
 if [ "$PART" = regimes ]; then
 timeout 300 python3 tools/evidence/regimes.py --backend cuda --samples 2000 --jobs 16 \
     --regimes sink,outliers,large_logits,uniform,cancellation --out "$O/regimes" > "$O/regimes.txt" 2>&1
-timeout 260 python3 tools/evidence/gpu_evidence.py --steps regime-defects --defect-samples 300 --jobs 16 \
-    --out /tmp/rd > "$O/regime-defects.txt" 2>&1
+timeout 250 python3 tools/evidence/gpu_evidence.py --steps regime-defects --defect-samples 300 --jobs 16 \
+    --regime-defects no_zero_sum_guard,combine_no_max_shift --out /tmp/rd > "$O/regime-defects.txt" 2>&1
 fi
 
-if [ "$PART" = triage ]; then
-# The fault switches cost a process (oob_store) or a time limit (hang) per failing config.
-for d in no_neginf_guard floor_blocks_per_split no_zero_sum_guard causal_off_by_one combine_no_max_shift \
-         missing_barrier oob_store_small oob_store hang; do
+# triage_defect SWITCH SAMPLES RUN_LIMIT: a sweep with the switch compiled in, then its triage
+# (two clusters shrunk, 20 s each), one JSON line in triage.jsonl.
+triage_defect() {
     rm -f /tmp/t.db*
-    echo "== $d" >> "$O/triage.txt"
-    ATTNSWEEP_CONFIG_TIME_GRACE_S=2 ATTNSWEEP_TRIAGE_SHRINK_SECONDS=20 timeout 60 python3 -m cli run --backend cuda \
-        --samples 300 --seed 7 --jobs 16 --defect "$d" --time-limit 10 --no-triage --db /tmp/t.db \
-        >> "$O/triage.txt" 2>&1
-    ATTNSWEEP_TRIAGE_SHRINK_SECONDS=20 timeout 50 python3 -m cli triage 1 --db /tmp/t.db --json \
-        > /tmp/t.json 2>> "$O/triage.txt"
+    echo "== $1" >> "$O/triage.txt"
+    ATTNSWEEP_CONFIG_TIME_GRACE_S=2 timeout "$3" python3 -m cli run --backend cuda --samples "$2" --seed 7 \
+        --jobs 16 --defect "$1" --time-limit 5 --no-triage --db /tmp/t.db >> "$O/triage.txt" 2>&1
+    ATTNSWEEP_TRIAGE_CLUSTERS=2 ATTNSWEEP_TRIAGE_SHRINK_SECONDS=20 timeout 50 python3 -m cli triage 1 \
+        --db /tmp/t.db --json > /tmp/t.json 2>> "$O/triage.txt"
     python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open('/tmp/t.json'))}))" \
-        "$d" >> "$O/triage.jsonl" 2>> "$O/triage.txt"
+        "$1" >> "$O/triage.jsonl" 2>> "$O/triage.txt"
+}
+if [ "$PART" = triage ]; then
+for d in no_neginf_guard floor_blocks_per_split no_zero_sum_guard causal_off_by_one combine_no_max_shift; do
+    triage_defect "$d" 300 55
+done
+fi
+if [ "$PART" = triage-faults ]; then
+# A fault costs a process (oob_store) and a hang the time limit, per failing config.
+for d in missing_barrier oob_store_small oob_store hang; do
+    triage_defect "$d" 150 85
 done
 fi
 ls -la "$O"
