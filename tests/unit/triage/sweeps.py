@@ -1,10 +1,8 @@
 """A small sampled cpu sweep with a defect switch, stored in SQLite by the embedded runner."""
 from __future__ import annotations
 
-from kernels.defects import DATA_DEFECTS
 from store.migrate import upgrade
 from submit.sweep import run_sweep
-from sweeps.regime_mix import DEFAULT_REGIME_MIX, REGIME_MIX
 from sweeps.spec import SweepSpec
 
 # Small problems (the cpu backend runs them in milliseconds) that still reach every split
@@ -15,9 +13,7 @@ RANGES = {"g": [1, 4], "seq_len_q": [1, 16], "seq_len_k": [1, 300], "num_heads_q
 
 
 def defect_sweep(url: str, defect: str, samples: int, seed: int = 5, time_limit_s: float | None = None) -> int:
+    """The default regime mix draws the large logits a data-triggered defect (DATA_DEFECTS) needs."""
     upgrade(url)
-    # A defect triggered by the data, not the shape, needs inputs other than standard normals.
-    regimes = REGIME_MIX if defect in DATA_DEFECTS else DEFAULT_REGIME_MIX
-    spec = SweepSpec(samples=samples, seed=seed, backend="cpu", ranges=RANGES, data_regimes=dict(regimes))
-    return run_sweep(url, spec, backend="cpu",
+    return run_sweep(url, SweepSpec(samples=samples, seed=seed, backend="cpu", ranges=RANGES), backend="cpu",
                      device_total_memory=None, device=None, defects=frozenset({defect}), time_limit_s=time_limit_s)
