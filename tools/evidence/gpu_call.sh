@@ -23,8 +23,9 @@
 #   ncu (80)                ncu.txt: Nsight Compute on our prefill and flash's
 #   regimes (300)           regimes/: tools/evidence/regimes.py, 2,000 configs of each regime but
 #                           normal; regimes.txt
-#   regime-defects (250)    regime-defects.txt: gpu_evidence.py regime-defects for
-#                           no_zero_sum_guard and combine_no_max_shift, 300 configs a sweep
+#   regime-defects (300)    regime-defects.txt: gpu_evidence.py regime-defects for the switches
+#                           of REGIME_DEFECTS (comma-separated; default every numeric switch),
+#                           300 configs a sweep
 #   triage:SWITCH (105)     triage.txt, triage.jsonl: a sweep with the switch compiled in (300
 #                           configs; 150 for a fault switch), then `attnsweep triage --json`
 #                           (two clusters shrunk, 20 s each), one JSON line per switch
@@ -77,7 +78,7 @@ limit() {
     case $1 in
         env) echo 30 ;; pytest) echo 170 ;; kernels-f16) echo 90 ;; kernels-bf16) echo 70 ;;
         sweep) echo 160 ;; mma-space) echo 80 ;; prefill) echo 110 ;; ncu) echo 80 ;;
-        regimes) echo 300 ;; regime-defects) echo 250 ;; triage:*) echo 105 ;;
+        regimes) echo 300 ;; regime-defects) echo 300 ;; triage:*) echo 105 ;;
     esac
 }
 
@@ -127,7 +128,7 @@ run_step() {
             --regimes sink,outliers,large_logits,uniform,cancellation --out "$W/regimes" > "$W/regimes.txt" 2>&1 ;;
     regime-defects)
         timeout "$t" python3 tools/evidence/gpu_evidence.py --steps regime-defects --defect-samples 300 --jobs 16 \
-            --regime-defects no_zero_sum_guard,combine_no_max_shift --out /tmp/rd > "$W/regime-defects.txt" 2>&1 ;;
+            --regime-defects "${REGIME_DEFECTS:-${NUMERIC// /,}}" --out /tmp/rd > "$W/regime-defects.txt" 2>&1 ;;
     triage:*)
         # A fault costs a process (oob_store) or the time limit (hang) per failing config: half the
         # configs; the sweep takes at most half the step, its triage the rest.
