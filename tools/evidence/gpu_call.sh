@@ -50,11 +50,6 @@ set -u
 O=${OUT:?set OUT to the folder whose files come back}
 DEADLINE_S=${DEADLINE_S:-575}
 MIN_STEP_S=${MIN_STEP_S:-40}
-W=/tmp/evidence
-rm -rf "$W" && mkdir -p "$W"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
 
 NUMERIC="no_neginf_guard floor_blocks_per_split no_zero_sum_guard causal_off_by_one combine_no_max_shift"
 FAULTS="missing_barrier oob_store_small oob_store hang"
@@ -72,6 +67,12 @@ for arg in "$@"; do
     esac
 done
 [ ${#STEPS[@]} -gt 0 ] || { echo "name at least one step or part" >&2; exit 2; }
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
+W=/tmp/evidence
+rm -rf "$W" && mkdir -p "$W"
 
 # limit STEP: the step's own limit in seconds
 limit() {
