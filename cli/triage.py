@@ -21,6 +21,15 @@ BACKEND_HELP = "cpu|cuda|hip|hostemu|auto"
 MAX_RUNS = typer.Option(200, "--max-runs", min=1, help="most real runs one shrink may spend")
 MAX_SECONDS = typer.Option(120.0, "--max-seconds", min=0.1, help="most seconds one shrink may spend")
 TIME_LIMIT = typer.Option(30.0, "--time-limit", min=0, help="seconds one run may take before it counts as timeout (0: none)")
+# A sweep's triage is bounded as a worker bounds it (settings' TRIAGE_*), unless an option says otherwise.
+SWEEP_MAX_RUNS = typer.Option(None, "--max-runs", min=1,
+                              help="most real runs one shrink may spend (default: ATTNSWEEP_TRIAGE_SHRINK_RUNS, 100)")
+SWEEP_MAX_SECONDS = typer.Option(None, "--max-seconds", min=0.1,
+                                 help="most seconds one shrink may spend (default: ATTNSWEEP_TRIAGE_SHRINK_SECONDS, 60)")
+SWEEP_TIME_LIMIT = typer.Option(None, "--time-limit", min=0, help="seconds one run may take before it counts as "
+                                "timeout, 0: none (default: ATTNSWEEP_TRIAGE_RUN_TIME_LIMIT_S, 30)")
+MAX_CLUSTERS = typer.Option(None, "--max-clusters", min=0, help="shrink and classify the largest this many clusters, "
+                            "explain the rest (default: ATTNSWEEP_TRIAGE_CLUSTERS, 8)")
 
 
 def _config(text: str, option: str = "--config") -> dict[str, Any]:
@@ -62,9 +71,10 @@ def triage(
     backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP + " (default: the backend its results name)"),
     recompute: bool = typer.Option(False, "--recompute", help="compute and store the clusters again even when stored"),
     no_shrink: bool = typer.Option(False, "--no-shrink", help="cluster and explain only: run nothing, store nothing"),
-    max_runs: int = MAX_RUNS,
-    max_seconds: float = MAX_SECONDS,
-    time_limit: float = TIME_LIMIT,
+    max_runs: Optional[int] = SWEEP_MAX_RUNS,
+    max_seconds: Optional[float] = SWEEP_MAX_SECONDS,
+    time_limit: Optional[float] = SWEEP_TIME_LIMIT,
+    max_clusters: Optional[int] = MAX_CLUSTERS,
     as_json: bool = typer.Option(False, "--json", help="print {status, clusters: [...]} as one JSON object"),
 ) -> None:
     """Cluster a sweep's failures by bug; explain, shrink and classify each cluster.
@@ -82,7 +92,8 @@ def triage(
     from store.db import session_scope
     from store.models import Sweep
     from triage.sweep import SweepNotFound, clusters_json, triage_sweep
-    from workers.triage import run_triage
+    from settings import get_settings
+    from workers.triage import run_triage, triage_bounds
 
     url = database_url(db)
     with session_scope(url) as s:
@@ -98,12 +109,14 @@ def triage(
             fail(str(exc))
     else:
         if recompute or status != "done":
+            bounds = {**triage_bounds(get_settings()), **{k: v for k, v in (
+                ("max_runs", max_runs), ("max_seconds", max_seconds), ("max_clusters", max_clusters)) if v is not None}}
+            if time_limit is not None:
+                bounds["time_limit_s"] = _limit(time_limit)
             if not as_json:
-                console.print(f"sweep {sweep}: triage (shrinking at most {max_runs} runs, {max_seconds:g} s per cluster)",
-                              highlight=False)
-            status = run_triage(url, sweep, backend=backend, force=recompute,
-                                bounds={"max_runs": max_runs, "max_seconds": max_seconds,
-                                        "time_limit_s": _limit(time_limit), "max_clusters": None})
+                console.print(f"sweep {sweep}: triage (the largest {bounds['max_clusters']} clusters shrunk, at most "
+                              f"{bounds['max_runs']} runs and {bounds['max_seconds']:g} s each)", highlight=False)
+            status = run_triage(url, sweep, backend=backend, force=recompute, bounds=bounds)
         with session_scope(url) as s:
             report = stored.clusters_report(s, sweep)
     if as_json:

@@ -2,16 +2,30 @@
 
 Failures are grouped by signature (triage/signature.py) and each group is explained
 (triage/explain.py). One bug often shows more than one symptom, e.g. `fail` on the rms gate
-for most configs and `nan` on the lse gate for some. A smaller group at the same location
-(kernel family or `combine`) as a larger one is that bug's other symptom, and joins it, when
+for most configs and `nan` on the lse gate for some. A smaller group is that bug's other
+symptom, and joins a larger one, when
 - at least MERGE_SHARE of its members satisfy the larger group's explanation, or
-- the two together are explained at least as well (F1) as the smaller group alone: no condition
-  separates it from the larger one better than one that fits both, as with a race whose `fail`
-  and `nan` configs are two random draws from the same configs (split_kv > 1).
+- one condition of either group's explanation (or the smaller group's whole explanation)
+  holds for MERGE_SHARE of each group's members, and MERGE_SHARE of the configs it holds for
+  are their members: floored split sizes give NaN where every split is empty
+  (`split_kv>blocks`) and a wrong output where only the tail's keys are lost, and
+  `blocks%split_kv!=0` explains both, though a few members of the second fit a conjunction
+  (`blocks%split_kv!=0 and dtype=i8`) better; or
+- (at the same location only) the two together are explained at least as well (F1) as the
+  smaller group alone: no condition separates it from the larger one better than one that fits
+  both, as with a race whose `fail` and `nan` configs are two random draws from the same
+  configs (split_kv > 1).
+The location is a kernel family or `combine`. Groups in different kernel families join by the
+first two rules (the first needing a condition): every family's split kernel runs the same
+split ranges and causal shift (attention.hip attn_split_range, attn_causal_shift), so a bug
+there fails in each family under one trigger, with the symptoms each family's data and tiles
+give it (an H100 sweep with floored split sizes made five clusters by family and symptom).
+`combine` and a result without a family join nothing elsewhere: the partials already told
+those apart.
 Two bugs with conditions of their own (causal, a dtype) stay apart: no conjunction covers both
 without the passing configs between them. The merged cluster keeps the larger group's
-signature and counts every signature it holds; its explanation is searched again over all its
-members before the next group is compared with it.
+signature and counts every signature it holds (so the families it spans show); its
+explanation is searched again over all its members before the next group is compared with it.
 """
 from __future__ import annotations
 
@@ -21,9 +35,9 @@ from typing import Any, Mapping, Sequence
 
 from attnconfig import AttentionConfig
 from sweeps.result import ConfigResult
-from triage.explain import Explanation, explain, holds
-from triage.features import facts
-from triage.signature import Signature, location_of
+from triage.explain import Explanation, explain
+from triage.features import condition_holds, facts
+from triage.signature import COMBINE, NO_FAMILY, Signature, location_of
 
 MERGE_SHARE = 0.9
 
@@ -109,17 +123,41 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
         return Cluster(sig, members, explain([facts_of[id(r)] for r in members], passing),
                        dict(Counter(r.signature.label() for r in members)))
 
+    def covered(conditions: Sequence[str], configs: list[dict[str, Any]]) -> int:
+        return sum(all(condition_holds(n, f) for n in conditions) for f in configs)
+
+    def fits_both(conditions: Sequence[str], host: Cluster, c: Cluster) -> bool:
+        """Whether the conditions hold for MERGE_SHARE of each group and MERGE_SHARE of the configs
+        they hold for are the two groups' members."""
+        a, b = [facts_of[id(r)] for r in host.members], [facts_of[id(r)] for r in c.members]
+        in_a, in_b = covered(conditions, a), covered(conditions, b)
+        if min(in_a / len(a), in_b / len(b)) < MERGE_SHARE:
+            return False
+        return (in_a + in_b) >= MERGE_SHARE * (in_a + in_b + covered(conditions, passing))
+
     def same_bug(host: Cluster, c: Cluster) -> bool:
-        if sum(holds(host.explanation, facts_of[id(r)]) for r in c.members) >= MERGE_SHARE * c.size:
+        local = host.signature.location == c.signature.location
+        if not (local or {host.signature.location, c.signature.location}.isdisjoint({COMBINE, NO_FAMILY})):
+            return False
+        members = [facts_of[id(r)] for r in c.members]
+        if (local or host.explanation.conditions) and covered(host.explanation.conditions, members) >= MERGE_SHARE * c.size:
             return True
+        # Either explanation, or one of its conditions alone (a group of a few members fits a
+        # conjunction that the bug's trigger is one half of).
+        candidates = [[n] for e in (host.explanation, c.explanation) for n in e.conditions]
+        if any(fits_both(conds, host, c) for conds in candidates + [c.explanation.conditions] if conds):
+            return True
+        if not local:
+            return False
         union = explain([facts_of[id(r)] for r in (*host.members, *c.members)], passing)
         return union.f1 >= c.explanation.f1
 
     ordered = sorted((make(s, m) for s, m in groups.items()), key=lambda c: (-c.size, c.signature))
     kept: list[Cluster] = []
     for c in ordered:
-        i = next((i for i, k in enumerate(kept) if k.signature.location == c.signature.location and same_bug(k, c)),
-                 None)
+        # Its own location first: a symptom of the bug there is likelier than a shared-code bug.
+        order = sorted(range(len(kept)), key=lambda i: kept[i].signature.location != c.signature.location)
+        i = next((i for i in order if same_bug(kept[i], c)), None)
         if i is None:
             kept.append(c)
         else:

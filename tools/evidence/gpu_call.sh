@@ -29,6 +29,7 @@
 #   triage:SWITCH (90)      triage.txt, triage.jsonl: a sweep with the switch compiled in (300
 #                           configs; 150 for a fault switch), then `attnsweep triage --json`
 #                           (two clusters shrunk, 20 s each), one JSON line per switch
+#                           (tools/evidence/triage_table.py makes tables of them)
 # Parts, each a list of steps:
 #   defaults       env pytest kernels-f16 kernels-bf16 sweep mma-space
 #   tune           env prefill ncu
@@ -132,15 +133,18 @@ run_step() {
             --regime-defects "${REGIME_DEFECTS:-${NUMERIC// /,}}" --out /tmp/rd > "$W/regime-defects.txt" 2>&1 ;;
     triage:*)
         # A fault costs a process (oob_store) or the time limit (hang) per failing config: half the
-        # configs; the sweep takes at most half the step, its triage the rest.
-        local d=${1#triage:} n=300
-        case " $FAULTS " in *" $d "*) n=150 ;; esac
+        # configs, and a 5 s limit. A numeric switch keeps the default limit: under 5 s, 1 to 4
+        # configs of each numeric switch's sweep on an H100 were timeouts, a cluster of their
+        # own. The sweep takes at most half the step, its triage the rest: two clusters shrunk,
+        # 20 s each, then classified.
+        local d=${1#triage:} n=300 limit=() begin=$SECONDS
+        case " $FAULTS " in *" $d "*) n=150 limit=(--time-limit 5) ;; esac
         rm -f /tmp/t.db* /tmp/t.json
         echo "== $d" >> "$W/triage.txt"
         ATTNSWEEP_CONFIG_TIME_GRACE_S=2 timeout $((t / 2)) python3 -m cli run --backend cuda --samples "$n" \
-            --seed 7 --jobs 16 --defect "$d" --time-limit 5 --no-triage --db /tmp/t.db >> "$W/triage.txt" 2>&1
-        ATTNSWEEP_TRIAGE_CLUSTERS=2 ATTNSWEEP_TRIAGE_SHRINK_SECONDS=20 timeout $((t / 2)) python3 -m cli triage 1 \
-            --db /tmp/t.db --json > /tmp/t.json 2>> "$W/triage.txt"
+            --seed 7 --jobs 16 --defect "$d" "${limit[@]}" --no-triage --db /tmp/t.db >> "$W/triage.txt" 2>&1
+        timeout $((t - (SECONDS - begin))) python3 -m cli triage 1 --db /tmp/t.db --max-clusters 2 --max-seconds 20 \
+            "${limit[@]}" --json > /tmp/t.json 2>> "$W/triage.txt"
         python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open('/tmp/t.json'))}))" \
             "$d" >> "$W/triage.jsonl" 2>> "$W/triage.txt" ;;
     esac

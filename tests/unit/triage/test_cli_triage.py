@@ -46,6 +46,27 @@ def test_triage_of_a_stored_sweep(sqlite_url):
     assert missing.exit_code == 2 and "no such sweep" in missing.output
 
 
+def test_triage_is_bounded_by_the_settings_unless_an_option_says_otherwise(sqlite_url, monkeypatch):
+    from settings import get_settings
+
+    sweep_id = defect_sweep(sqlite_url, "causal_off_by_one", 60)
+    monkeypatch.setenv("ATTNSWEEP_TRIAGE_CLUSTERS", "0")
+    get_settings.cache_clear()
+    try:
+        unshrunk = runner.invoke(app, ["triage", str(sweep_id), "--db", sqlite_url, "--json"])
+        assert unshrunk.exit_code == 0, unshrunk.output
+        [c] = json.loads(unshrunk.stdout)["clusters"]
+        assert c["minimal_config"] is None and c["classification"] is None and c["explanation"]["conditions"]
+        bounded = runner.invoke(app, ["triage", str(sweep_id), "--db", sqlite_url, "--recompute", "--max-clusters", "1",
+                                      "--max-runs", "3"])
+        assert bounded.exit_code == 0, bounded.output
+        assert "the largest 1 clusters shrunk, at most 3 runs" in bounded.output
+        [c] = json.loads(runner.invoke(app, ["triage", str(sweep_id), "--db", sqlite_url, "--json"]).stdout)["clusters"]
+        assert c["minimal_config"] is not None and c["runs"] - c["classification"]["runs"] <= 3   # shrink runs
+    finally:
+        get_settings.cache_clear()
+
+
 def test_bisect_json(kernel_repo):
     from tests.kernel_repo import CONFIG, DEFECT
 

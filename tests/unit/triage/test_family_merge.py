@@ -1,0 +1,76 @@
+"""A bug in code every kernel family runs (the split ranges, the causal shift) is one cluster,
+though each family's failures are a signature group of their own; two bugs, each in other
+families, stay two.
+
+The GPU backends name a result's variant, and so its family, by kernels.select; the cpu
+emulation runs the same split arithmetic (block_n 32 on every path) under one name. Here the
+emulation reports the variant an H100 would run (select_variant with the mma path), so its
+results carry the families a GPU sweep's do: an H100 sweep with floor_blocks_per_split
+(docs/evidence/gpu-2026-12-06-h100-bounds-64/) split into five clusters by family and symptom
+before families were joined.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kernels.backends.cpu import CpuEmulationBackend
+from kernels.select import select_variant
+from sweeps.runner import run_config
+from sweeps.sampler import sample
+from sweeps.spec import SweepSpec
+from tests.unit.triage.sweeps import RANGES
+from triage.cluster import ResultRow, cluster_results
+from triage.signature import family_of
+
+
+class _H100Names(CpuEmulationBackend):
+    """The cpu emulation, its results named by the variant an H100 runs for the config."""
+
+    def prepare(self, config):
+        return dataclasses.replace(super().prepare(config),
+                                   variant=select_variant(config, self.defects, mma=True).name)
+
+
+def _configs(samples: int = 240):
+    return sample(SweepSpec(samples=samples, seed=5, backend="cpu", ranges=RANGES), 1 << 30).configs
+
+
+def _rows(backend_of) -> list[ResultRow]:
+    return [ResultRow.of(run_config(c, backend_of(c))) for c in _configs()]
+
+
+def test_a_bug_in_the_shared_split_ranges_is_one_cluster_across_families():
+    backend = _H100Names(frozenset({"floor_blocks_per_split"}))
+    rows = _rows(lambda c: backend)
+    failing = [r for r in rows if r.signature.failing]
+    by_group = {r.signature for r in failing}
+    # What each family sees of it: several signature groups in more than one family.
+    assert len({family_of(r.variant) for r in failing}) >= 2 and len(by_group) >= 3, by_group
+    clusters = cluster_results(rows)
+    assert len(clusters) == 1, [(c.signatures, c.explanation.text) for c in clusters]
+    bug = clusters[0]
+    assert bug.size == len(failing)
+    assert {"blocks%split_kv!=0", "split_kv>blocks"} & set(bug.explanation.conditions), bug.explanation.text
+    assert len({label.rsplit("/", 1)[1] for label in bug.signatures}) >= 2   # the families it spans show
+
+
+def test_two_bugs_in_different_families_stay_two():
+    # The masking bug in the rowwise kernels, the split-size bug in the others.
+    causal = _H100Names(frozenset({"causal_off_by_one"}))
+    floor = _H100Names(frozenset({"floor_blocks_per_split"}))
+
+    def backend_of(c):
+        return causal if family_of(select_variant(c, (), mma=True).name) == "rowwise" else floor
+
+    rows = _rows(backend_of)
+    failing = [r for r in rows if r.signature.failing]
+    assert {family_of(r.variant) for r in failing} >= {"rowwise", "grouped"}
+    clusters = cluster_results(rows)
+    texts = [c.explanation.text for c in clusters]
+    masking = [c for c in clusters if "causal=true" in c.explanation.conditions]
+    splits = [c for c in clusters if {"blocks%split_kv!=0", "split_kv>blocks"} & set(c.explanation.conditions)]
+    assert masking and splits and not set(map(id, masking)) & set(map(id, splits)), texts
+    # Neither took the other's failures: each cluster holds one family side.
+    for c in clusters:
+        sides = {family_of(r.variant) == "rowwise" for r in c.members}
+        assert len(sides) == 1, (c.explanation.text, c.signatures)
