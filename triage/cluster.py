@@ -140,10 +140,11 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
         if not (local or {host.signature.location, c.signature.location}.isdisjoint({COMBINE, NO_FAMILY})):
             return False
         members = [facts_of[id(r)] for r in c.members]
-        if (local or host.explanation.conditions) and covered(host.explanation.conditions, members) >= MERGE_SHARE * c.size:
-            return True
-        # Either explanation, or one of its conditions alone (a group of a few members fits a
-        # conjunction that the bug's trigger is one half of).
+        if local or host.explanation.conditions:
+            if covered(host.explanation.conditions, members) >= MERGE_SHARE * c.size:
+                return True
+        # One condition of either explanation, or the smaller group's whole one: a group of a few
+        # members fits a conjunction that the bug's trigger is one half of.
         candidates = [[n] for e in (host.explanation, c.explanation) for n in e.conditions]
         if any(fits_both(conds, host, c) for conds in candidates + [c.explanation.conditions] if conds):
             return True

@@ -1,6 +1,6 @@
 """The sweep page's bugs panel in headless Chromium: "triage pending" until the sweep's clusters
-are stored, then one card per cluster (count, explanation, classification, first bad commit,
-the minimal reproducer with a working copy button), above the failure table."""
+are stored, then one card per cluster (count, explanation, its symptoms, classification, first
+bad commit, the minimal reproducer with a working copy button), above the failure table."""
 from __future__ import annotations
 
 from store import clusters as stored
@@ -48,6 +48,9 @@ def test_clusters_panel_shows_pending_then_every_bug_with_a_copyable_reproducer(
     assert first.locator("h3 code").inner_text() == f"{sig['outcome']}/{sig['gate'] or '-'}/rowwise" == \
         f"{sig['outcome']}/{sig['gate'] or '-'}/{sig['location']}"
     assert first.locator(".explanation").inner_text() == clusters[0]["explanation"]["summary"]
+    # Every symptom the bug showed, the most frequent first.
+    counts = sorted(clusters[0]["signatures"].items(), key=lambda kv: (-kv[1], kv[0]))
+    assert first.locator(".signatures").inner_text() == ", ".join(f"{label} {n}" for label, n in counts)
     assert "dtype=bf16" in clusters[0]["explanation"]["conditions"]
     assert first.locator(".classification").inner_text() == "deterministic"
     assert first.locator(".first-bad").inner_text() == FIRST_BAD

@@ -129,6 +129,12 @@ function firstBad(c) {
   return el("a", { href: `/bisect/${b.id}` }, state || b.status);
 }
 
+// Every symptom of the bug, most frequent first: the families a bug in shared code spans show here.
+function symptoms(c) {
+  return Object.entries(c.signatures || {}).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
+    .map(([label, n]) => `${label} ${n}`).join(", ");
+}
+
 function clusterCard(c, i) {
   const kind = c.classification ? c.classification.kind : null;
   const smallest = c.minimal_config || c.example_config;
@@ -139,6 +145,7 @@ function clusterCard(c, i) {
       el("code", {}, signatureLabel(c.signature))),
     el("p", { class: "explanation" }, c.explanation.summary),
     el("dl", { class: "cluster-facts" },
+      el("dt", {}, "symptoms"), el("dd", { class: "signatures" }, symptoms(c)),
       el("dt", {}, "classification"), el("dd", { class: "classification" }, kind || "–"),
       el("dt", {}, "first bad commit"), el("dd", { class: "first-bad" }, firstBad(c)),
       el("dt", {}, c.minimal_config ? "minimal config" : "smallest member"),
