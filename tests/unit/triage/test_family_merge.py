@@ -1,6 +1,6 @@
 """A bug in code every kernel family runs (the split ranges, the causal shift) is one cluster,
-though each family's failures are a signature group of their own; two bugs, each in other
-families, stay two.
+though each family's failures are a signature group of their own; so is a fault that no detail
+places in the combine; two bugs, each in other families, stay two.
 
 The GPU backends name a result's variant, and so its family, by kernels.select; the cpu
 emulation runs the same split arithmetic (block_n 32 on every path) under one name. Here the
@@ -74,3 +74,16 @@ def test_two_bugs_in_different_families_stay_two():
     for c in clusters:
         sides = {family_of(r.variant) == "rowwise" for r in c.members}
         assert len(sides) == 1, (c.explanation.text, c.signatures)
+
+
+def test_a_fault_no_detail_attributes_is_one_cluster_across_families():
+    # A GPU's illegal address is reported at the synchronize after both launches and names no
+    # kernel, so each fault stays at its family (triage/signature.py); the stray store of
+    # oob_store_small, its details dropped, stands in for it.
+    backend = _H100Names(frozenset({"oob_store_small"}))
+    rows = [ResultRow(r.config, r.outcome, r.failed_gate, r.variant, r.block_n) for r in _rows(lambda c: backend)]
+    faults = [r for r in rows if r.outcome == "fault"]
+    assert len({r.signature.location for r in faults}) >= 2 and "combine" not in {r.signature.location for r in faults}
+    clusters = cluster_results(rows)
+    assert len(clusters) == 1 and clusters[0].size == len(faults), [c.signatures for c in clusters]
+    assert clusters[0].explanation.conditions == ["split_kv>1"], clusters[0].explanation.text
