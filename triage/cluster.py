@@ -126,10 +126,9 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
     def covered(conditions: Sequence[str], configs: list[dict[str, Any]]) -> int:
         return sum(all(condition_holds(n, f) for n in conditions) for f in configs)
 
-    def fits_both(conditions: Sequence[str], host: Cluster, c: Cluster) -> bool:
-        """Whether the conditions hold for MERGE_SHARE of each group and MERGE_SHARE of the configs
-        they hold for are the two groups' members."""
-        a, b = [facts_of[id(r)] for r in host.members], [facts_of[id(r)] for r in c.members]
+    def fits_both(conditions: Sequence[str], a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+        """Whether the conditions hold for MERGE_SHARE of each group's facts (a, b) and MERGE_SHARE of
+        the configs they hold for are the two groups' members."""
         in_a, in_b = covered(conditions, a), covered(conditions, b)
         if min(in_a / len(a), in_b / len(b)) < MERGE_SHARE:
             return False
@@ -139,18 +138,18 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
         local = host.signature.location == c.signature.location
         if not (local or {host.signature.location, c.signature.location}.isdisjoint({COMBINE, NO_FAMILY})):
             return False
-        members = [facts_of[id(r)] for r in c.members]
+        hosts, members = [facts_of[id(r)] for r in host.members], [facts_of[id(r)] for r in c.members]
         if local or host.explanation.conditions:
             if covered(host.explanation.conditions, members) >= MERGE_SHARE * c.size:
                 return True
         # One condition of either explanation, or the smaller group's whole one: a group of a few
         # members fits a conjunction that the bug's trigger is one half of.
         candidates = [[n] for e in (host.explanation, c.explanation) for n in e.conditions]
-        if any(fits_both(conds, host, c) for conds in candidates + [c.explanation.conditions] if conds):
+        if any(fits_both(conds, hosts, members) for conds in candidates + [c.explanation.conditions] if conds):
             return True
         if not local:
             return False
-        union = explain([facts_of[id(r)] for r in (*host.members, *c.members)], passing)
+        union = explain(hosts + members, passing)
         return union.f1 >= c.explanation.f1
 
     ordered = sorted((make(s, m) for s, m in groups.items()), key=lambda c: (-c.size, c.signature))

@@ -4,31 +4,21 @@ places in the combine; two bugs, each in other families, stay two.
 
 The GPU backends name a result's variant, and so its family, by kernels.select; the cpu
 emulation runs the same split arithmetic (block_n 32 on every path) under one name. Here the
-emulation reports the variant an H100 would run (select_variant with the mma path), so its
-results carry the families a GPU sweep's do: an H100 sweep with floor_blocks_per_split
+emulation reports the variant an H100 would run (tools/evidence/recluster.py H100Names, which
+replays GPU sweeps the same way), so its results carry the families a GPU sweep's do: an H100 sweep with floor_blocks_per_split
 (docs/evidence/gpu-2026-12-06-h100-bounds-64/) split into five clusters by family and symptom
 before families were joined.
 """
 from __future__ import annotations
 
-import dataclasses
-
-from kernels.backends.cpu import CpuEmulationBackend
 from kernels.select import select_variant
 from sweeps.runner import run_config
 from sweeps.sampler import sample
 from sweeps.spec import SweepSpec
 from tests.unit.triage.sweeps import RANGES
+from tools.evidence.recluster import H100Names
 from triage.cluster import ResultRow, cluster_results
 from triage.signature import family_of
-
-
-class _H100Names(CpuEmulationBackend):
-    """The cpu emulation, its results named by the variant an H100 runs for the config."""
-
-    def prepare(self, config):
-        return dataclasses.replace(super().prepare(config),
-                                   variant=select_variant(config, self.defects, mma=True).name)
 
 
 def _configs(samples: int = 240):
@@ -40,7 +30,7 @@ def _rows(backend_of) -> list[ResultRow]:
 
 
 def test_a_bug_in_the_shared_split_ranges_is_one_cluster_across_families():
-    backend = _H100Names(frozenset({"floor_blocks_per_split"}))
+    backend = H100Names(frozenset({"floor_blocks_per_split"}))
     rows = _rows(lambda c: backend)
     failing = [r for r in rows if r.signature.failing]
     by_group = {r.signature for r in failing}
@@ -56,8 +46,8 @@ def test_a_bug_in_the_shared_split_ranges_is_one_cluster_across_families():
 
 def test_two_bugs_in_different_families_stay_two():
     # The masking bug in the rowwise kernels, the split-size bug in the others.
-    causal = _H100Names(frozenset({"causal_off_by_one"}))
-    floor = _H100Names(frozenset({"floor_blocks_per_split"}))
+    causal = H100Names(frozenset({"causal_off_by_one"}))
+    floor = H100Names(frozenset({"floor_blocks_per_split"}))
 
     def backend_of(c):
         return causal if family_of(select_variant(c, (), mma=True).name) == "rowwise" else floor
@@ -80,7 +70,7 @@ def test_a_fault_no_detail_attributes_is_one_cluster_across_families():
     # A GPU's illegal address is reported at the synchronize after both launches and names no
     # kernel, so each fault stays at its family (triage/signature.py); the stray store of
     # oob_store_small, its details dropped, stands in for it.
-    backend = _H100Names(frozenset({"oob_store_small"}))
+    backend = H100Names(frozenset({"oob_store_small"}))
     rows = [ResultRow(r.config, r.outcome, r.failed_gate, r.variant, r.block_n) for r in _rows(lambda c: backend)]
     faults = [r for r in rows if r.outcome == "fault"]
     assert len({r.signature.location for r in faults}) >= 2 and "combine" not in {r.signature.location for r in faults}
