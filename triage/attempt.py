@@ -7,7 +7,9 @@ config fails for the reason the sweep saw. Three things are added here, for tria
   same inputs that differ in a bit are not deterministic, even when both pass;
 - a time limit (SIGALRM, in the main thread only: a hanging kernel emulation is Python code
   that the signal interrupts), so a `hang` defect is a `timeout` instead of a stuck triage;
-- a fresh backend after a run that left it unusable (a sticky device fault poisons it).
+- a fresh backend after a run that left it unusable (a sticky device fault poisons it);
+- on the device backends, every run in a child process (triage.child): a GPU's sticky fault
+  outlives its backend, and a hung kernel does not return to the signal.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicab
 from kernels.source import KernelSource
 from sweeps.policy import gates_for
 from sweeps.runner import run_config
+from triage.child import ChildRunner, unfinished
 from triage.signature import Signature, location_of
 
 
@@ -100,12 +103,20 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+# Backends whose runs go to a child process by default: those that drive a GPU.
+ISOLATED_BACKENDS = frozenset({"auto", "cuda", "hip"})
+
+
 class Runner:
-    """Runs configs on one kind of backend (name, defects, source), counting the runs."""
+    """Runs configs on one kind of backend (name, defects, source), counting the runs.
+
+    `isolate` (default: for the backends of ISOLATED_BACKENDS, unless a `factory` is given) runs
+    each config in a child process (triage.child) instead of this one."""
 
     def __init__(self, backend: str = "cpu", defects: frozenset[str] | tuple[str, ...] = frozenset(),
                  source: KernelSource | None = None, *, err_ratio_gate: float | None = None,
-                 time_limit_s: float | None = 30.0, factory: Callable[[], Backend] | None = None):
+                 time_limit_s: float | None = 30.0, factory: Callable[[], Backend] | None = None,
+                 isolate: bool | None = None):
         self.backend_name = backend
         self.defects = frozenset(defects)
         self.source = source
@@ -114,6 +125,17 @@ class Runner:
         self._factory = factory or (lambda: get_backend(backend, defects=self.defects, source=source))
         self._backend: Backend | None = None
         self.runs = 0
+        if isolate is None:
+            isolate = factory is None and backend in ISOLATED_BACKENDS
+        self.child = ChildRunner({"backend": backend, "defects": sorted(self.defects),
+                                  "source_files": dict(source.files) if source is not None else None,
+                                  "err_ratio_gate": err_ratio_gate, "time_limit_s": time_limit_s}) if isolate else None
+
+    @property
+    def holds_usable_backend(self) -> bool:
+        """Whether the backend of the last run can take the next: not after a fault that poisoned
+        it, nor after a run its time limit stopped (closed then)."""
+        return self._backend is not None and not self._backend.poisoned
 
     def backend(self) -> Backend:
         if self._backend is None or self._backend.poisoned:
@@ -125,6 +147,9 @@ class Runner:
 
     def compiles(self, config: AttentionConfig) -> tuple[bool, str]:
         """(False, the compiler's log) when the source does not compile for this config. Not a run."""
+        if self.child is not None:
+            how, value = self.child.call("compiles", config)
+            return value if how == "ok" else (True, "")  # a compiler that hangs or crashes is not a log
         try:
             self.backend().prepare(config)
         except CompileError as exc:
@@ -135,6 +160,9 @@ class Runner:
 
     def run(self, config: AttentionConfig) -> Observation:
         self.runs += 1
+        if self.child is not None:
+            how, value = self.child.call("run", config)
+            return value if how == "ok" else unfinished(config, how, value)
         probe = _Digesting(self.backend())
         try:
             with _time_limit(self.time_limit_s):
@@ -151,6 +179,8 @@ class Runner:
         return Observation(result.outcome, result.failed_gate, location, digest, result.detail)
 
     def close(self) -> None:
+        if self.child is not None:
+            self.child.close()
         if self._backend is not None and not self._backend.poisoned:
             self._backend.close()
         self._backend = None

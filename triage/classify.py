@@ -2,12 +2,14 @@
 
 The config runs `repeats` times with its own inputs (the same data_seed draws the same bits)
 and once with each of `seeds` as its data_seed:
-- `flaky`: the same inputs gave different signatures, or different output bits;
+- `flaky`: the same inputs gave different signatures, or different output bits; or the config
+  passed every repeat though it failed with the target signature before (`failed_before`: the
+  run of the sweep or of the shrink that chose it);
 - `deterministic`: every run failed with the target signature, whatever the data;
 - `data_dependent`: the same inputs always failed, some other data passed (or failed otherwise);
 - `nondeterministic`: the config passes every time but its outputs differ bit for bit between
   identical runs (a race or an uninitialised read that the gates do not catch yet);
-- `passes`: it passed every time with the same bits (the failure did not reproduce).
+- `passes`: it passed every time with the same bits, and no earlier failure is known.
 """
 from __future__ import annotations
 
@@ -37,8 +39,10 @@ class Classification:
 
 
 def classify(config: AttentionConfig | dict[str, Any], runner: Runner, target: Signature | None = None, *,
-             repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS) -> Classification:
-    """Classify `config`; `target` defaults to the signature of its first run."""
+             repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS,
+             failed_before: bool = False) -> Classification:
+    """Classify `config`; `target` defaults to the signature of its first run. `failed_before`:
+    the same config and inputs are known to have failed with `target` (then it needs a target)."""
     c = parse_config(config)
     before = runner.runs
     same = [runner.run(c) for _ in range(max(1, repeats))]
@@ -47,6 +51,8 @@ def classify(config: AttentionConfig | dict[str, Any], runner: Runner, target: S
     digests = {o.digest for o in same}
     failing_same = sum(o.signature == target for o in same)
     if not any(s.failing for s in signatures):
+        if failed_before:  # failed once, passed since: a race or uninitialised memory
+            return Classification("flaky", len(same), 0, len(digests), runs=runner.runs - before)
         kind = "nondeterministic" if len(digests) > 1 else "passes"
         return Classification(kind, len(same), 0, len(digests), runs=runner.runs - before)
     if len(signatures) > 1 or len(digests) > 1:

@@ -77,16 +77,22 @@ def triage_clusters(clusters: list[Cluster], runner: Runner, *, shrink_configs: 
     """Shrink each cluster's cheapest member and classify the result, in place; each gets the
     reproducer of its smallest config (at `commit` when the sweep tested one). Only the first
     `max_clusters` (the largest) are shrunk and classified when given, so a sweep with many
-    clusters costs a bounded number of runs."""
+    clusters costs a bounded number of runs.
+
+    Shrinking and classification keep the signature that member failed with in the sweep, not
+    the cluster's: a cluster that spans kernel families holds members whose location differs
+    from its own, and the member can only reproduce what it showed."""
     for i, cluster in enumerate(clusters):
-        start = cluster.example().config
+        example = cluster.example()
+        start, target = example.config, example.signature
         work = max_clusters is None or i < max_clusters
         if shrink_configs and work:
-            shrunk = shrink(start, runner, cluster.signature, max_runs=max_runs, max_seconds=max_seconds)
+            shrunk = shrink(start, runner, target, max_runs=max_runs, max_seconds=max_seconds)
             cluster.minimal_config, cluster.shrink_runs = shrunk.minimal_config, shrunk.runs
         if classify_configs and work:
-            cluster.classification = classify(cluster.minimal_config or start.to_dict(), runner, cluster.signature,
-                                              repeats=repeats, seeds=seeds)
+            # The sweep saw the start fail with `target`, the shrink every config it kept.
+            cluster.classification = classify(cluster.minimal_config or start.to_dict(), runner, target,
+                                              repeats=repeats, seeds=seeds, failed_before=True)
         smallest = parse_config(cluster.minimal_config) if cluster.minimal_config is not None else start
         line = reproducer_command(smallest, runner.backend_name, runner.gates(smallest), runner.defects)
         cluster.reproducer = at_commit(line, commit) if commit else line

@@ -26,7 +26,8 @@
 #   regime-defects (300)    regime-defects.txt: gpu_evidence.py regime-defects for the switches
 #                           of REGIME_DEFECTS (comma-separated; default every numeric switch),
 #                           300 configs a sweep
-#   triage:SWITCH (90)      triage.txt, triage.jsonl: a sweep with the switch compiled in (300
+#   triage:SWITCH (90; hang 240: each hanging run costs its limit and a new process)
+#                           triage.txt, triage.jsonl: a sweep with the switch compiled in (300
 #                           configs; 150 for a fault switch), then `attnsweep triage --json`
 #                           (two clusters shrunk, 20 s each), one JSON line per switch
 #                           (tools/evidence/triage_table.py makes tables of them)
@@ -80,7 +81,7 @@ limit() {
     case $1 in
         env) echo 30 ;; pytest) echo 170 ;; kernels-f16) echo 90 ;; kernels-bf16) echo 70 ;;
         sweep) echo 160 ;; mma-space) echo 80 ;; prefill) echo 110 ;; ncu) echo 80 ;;
-        regimes) echo 300 ;; regime-defects) echo 300 ;; triage:*) echo 90 ;;
+        regimes) echo 300 ;; regime-defects) echo 300 ;; triage:hang) echo 240 ;; triage:*) echo 90 ;;
     esac
 }
 

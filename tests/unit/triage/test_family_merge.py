@@ -11,14 +11,17 @@ before families were joined.
 """
 from __future__ import annotations
 
+from attnconfig import parse_config
 from kernels.select import select_variant
 from sweeps.runner import run_config
 from sweeps.sampler import sample
 from sweeps.spec import SweepSpec
 from tests.unit.triage.sweeps import RANGES
 from tools.evidence.recluster import H100Names
-from triage.cluster import ResultRow, cluster_results
+from triage.attempt import Runner
+from triage.cluster import Cluster, ResultRow, cluster_results
 from triage.signature import family_of
+from triage.sweep import triage_clusters
 
 
 def _configs(samples: int = 240):
@@ -77,3 +80,31 @@ def test_a_fault_no_detail_attributes_is_one_cluster_across_families():
     clusters = cluster_results(rows)
     assert len(clusters) == 1 and clusters[0].size == len(faults), [c.signatures for c in clusters]
     assert clusters[0].explanation.conditions == ["split_kv>1"], clusters[0].explanation.text
+
+
+def _cost(r: ResultRow) -> int:
+    c = r.config
+    return c.g * c.num_heads_q * c.seq_len_q * c.seq_len_k * (c.head_dim_qk + c.head_dim_v) * c.split_kv
+
+
+def test_a_cluster_across_families_is_shrunk_as_its_member_failed():
+    # The cluster's own signature is one family's; its cheapest member may have failed in
+    # another, and only that signature can it reproduce.
+    backend = H100Names(frozenset({"floor_blocks_per_split"}))
+    rows = _rows(lambda c: backend)
+    [joined] = cluster_results(rows)
+    # The members of the cluster's own family that are cheaper than another family's cheapest
+    # left out, so the cheapest member failed elsewhere.
+    other = Cluster(joined.signature, [r for r in joined.members if r.signature != joined.signature],
+                    joined.explanation).example()
+    members = [r for r in joined.members if r.signature != joined.signature or _cost(r) > _cost(other)]
+    bug = Cluster(joined.signature, members, joined.explanation)
+    example = bug.example()
+    assert example is other and example.signature.location != bug.signature.location
+    runner = Runner(factory=lambda: backend, time_limit_s=None)
+    triage_clusters([bug], runner, max_runs=60, max_seconds=60, seeds=(1,))
+    shrunk = parse_config(bug.minimal_config)
+    assert shrunk.seq_len_k * shrunk.g <= example.config.seq_len_k * example.config.g
+    assert runner.run(shrunk).signature == example.signature
+    assert bug.classification.kind in ("deterministic", "data_dependent"), bug.classification
+    assert bug.classification.same_input_failing == bug.classification.repeats

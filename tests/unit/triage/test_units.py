@@ -10,7 +10,7 @@ from triage.classify import classify
 from triage.cluster import ResultRow, cluster_results
 from triage.explain import explain
 from triage.features import condition_holds, facts
-from triage.signature import family_of
+from triage.signature import Signature, family_of
 
 BASE = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=64, num_heads_q=1, num_heads_kv=1, head_dim_qk=8, head_dim_v=8)
 
@@ -82,6 +82,10 @@ def test_classification_of_repeat_runs():
     assert classify(c, Runner(factory=lambda: _Noisy(1e-3))).kind == "nondeterministic"
     # every other run fails the rms gate
     assert classify(c, Runner(factory=lambda: _Noisy(1.0))).kind == "flaky"
+    # a config that failed before (in the sweep, in the shrink) and now passes: a race
+    passing = Runner("cpu")
+    assert classify(c, passing, Signature("fail", "rms", "cpu"), failed_before=True).kind == "flaky"
+    assert classify(c, passing, Signature("fail", "rms", "cpu")).kind == "passes"
     bug = Runner("cpu", {"causal_off_by_one"})
     result = classify(cfg(seq_len_k=40, causal=True), bug, repeats=3, seeds=(1, 2))
     assert result.kind == "deterministic" and result.same_input_failing == 3 and result.seeds_failing == [1, 2]
