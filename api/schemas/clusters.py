@@ -36,13 +36,15 @@ class ExplanationPublic(BaseModel):
 class ClassificationPublic(BaseModel):
     kind: Literal["deterministic", "data_dependent", "flaky", "nondeterministic", "passes"] = Field(
         description="deterministic: fails every time, whatever the data; data_dependent: the same inputs always fail, "
-                    "other data passes; flaky: the same inputs give different results; nondeterministic: passes but its "
-                    "output bits differ between identical runs; passes: the failure did not reproduce")
+                    "other data passes; flaky: the same inputs give different results (a config that failed in the sweep or the "
+                    "shrink and passes every repeat included); nondeterministic: passes but its "
+                    "output bits differ between identical runs; passes: passes every time, no earlier failure known")
     repeats: int = Field(description="runs of the minimal config with its own inputs")
-    same_input_failing: int = Field(description="of the repeats, runs that failed with the cluster's signature")
+    same_input_failing: int = Field(description="of the repeats, runs that failed with the signature "
+                                    "of the member the shrink started from")
     distinct_outputs: int = Field(description="distinct output digests among the repeats")
     seeds: list[int] = Field(description="other data seeds the minimal config ran with")
-    seeds_failing: list[int] = Field(description="the seeds among them that failed with the cluster's signature")
+    seeds_failing: list[int] = Field(description="the seeds among them that failed with that signature")
     runs: int = Field(description="real runs the classification spent")
 
 
