@@ -26,7 +26,7 @@ from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicab
 from kernels.source import KernelSource
 from sweeps.policy import gates_for
 from sweeps.runner import run_config
-from triage.child import ChildRunner, unfinished
+from triage.child import ChildRunner
 from triage.signature import Signature, location_of
 
 
@@ -50,6 +50,12 @@ def output_digest(out: RunOutput) -> str:
             h.update(str(array.dtype).encode() + str(array.shape).encode())
             h.update(array.tobytes())
     return h.hexdigest()
+
+
+def unfinished(config: AttentionConfig, how: str, detail: str) -> Observation:
+    """The Observation of a run the child did not finish: a timeout, or an error when it died."""
+    outcome = "timeout" if how == "timeout" else "error"
+    return Observation(outcome, None, location_of(config, outcome, None, None, detail=detail), None, detail)
 
 
 class _Digesting(Backend):

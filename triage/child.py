@@ -7,7 +7,7 @@ process, which this one replaces after a run that poisoned it, kills when a run 
 limit by GRACE_S, and starts again after it died. The runs a child makes are those of an
 in-process triage.attempt.Runner.
 
-The child is a plain `python -m triage.child`, not a multiprocessing child: a Celery prefork
+The child is a plain `python -m triage.child_main`, not a multiprocessing child: a Celery prefork
 worker is a daemon process, and multiprocessing forbids daemons to have children. It reads
 length-prefixed pickles on stdin and answers on a duplicate of its stdout; anything it prints
 goes to stderr.
@@ -26,7 +26,6 @@ from typing import Any
 
 from attnconfig import AttentionConfig
 from kernels.backends.base import BackendUnavailable
-from triage.signature import location_of
 
 GRACE_S = 5.0       # past the child's own time limit (SIGALRM), the run is stuck in a driver call
 START_S = 180.0     # a child's start: imports, the runtime, the context
@@ -38,7 +37,7 @@ class ChildDied(RuntimeError):
     pass
 
 
-def _send(fd: int, obj: Any) -> None:
+def send(fd: int, obj: Any) -> None:
     data = pickle.dumps(obj)
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
@@ -59,7 +58,7 @@ def _read_exactly(fd: int, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def _receive(fd: int, deadline: float | None = None) -> Any:
+def receive(fd: int, deadline: float | None = None) -> Any:
     (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
     return pickle.loads(_read_exactly(fd, size, deadline))
 
@@ -83,12 +82,12 @@ class ChildRunner:
         if self._proc is None:
             # The packages beside triage/ importable whatever the working directory.
             path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-            proc = subprocess.Popen([sys.executable, "-m", "triage.child"], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-m", "triage.child_main"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": path})
             self._proc, self.started = proc, self.started + 1
-            _send(proc.stdin.fileno(), self.settings)
+            send(proc.stdin.fileno(), self.settings)
             try:
-                answer = _receive(proc.stdout.fileno(), time.monotonic() + START_S)
+                answer = receive(proc.stdout.fileno(), time.monotonic() + START_S)
             except (TimeoutError, ChildDied) as exc:
                 self.close()
                 raise ChildDied(f"the triage child process did not start: {exc or 'no answer'}") from None
@@ -103,8 +102,8 @@ class ChildRunner:
         proc = self._start()
         deadline = None if not self.time_limit_s else time.monotonic() + self.time_limit_s + GRACE_S
         try:
-            _send(proc.stdin.fileno(), (op, config.to_dict()))
-            answer = _receive(proc.stdout.fileno(), deadline)
+            send(proc.stdin.fileno(), (op, config.to_dict()))
+            answer = receive(proc.stdout.fileno(), deadline)
         except TimeoutError:
             self.close()
             return "timeout", (f"exceeded the time limit of {self.time_limit_s:g} s and did not stop within "
@@ -131,48 +130,3 @@ class ChildRunner:
         if proc.poll() is None:
             proc.kill()
         return proc.wait()
-
-
-def unfinished(config: AttentionConfig, how: str, detail: str):
-    """The Observation of a run the child did not finish: a timeout, or an error when it died."""
-    from triage.attempt import Observation
-    outcome = "timeout" if how == "timeout" else "error"
-    return Observation(outcome, None, location_of(config, outcome, None, None, detail=detail), None, detail)
-
-
-def serve() -> None:
-    """The child's side: settings first, then (op, config) requests until stdin closes."""
-    from attnconfig import parse_config
-    from kernels.source import KernelSource
-    from triage.attempt import Runner
-
-    inbox, outbox = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints go to stderr, not into the pipe
-    settings = _receive(inbox)
-    files = settings.get("source_files")
-    runner = Runner(settings["backend"], frozenset(settings["defects"]),
-                    KernelSource.from_files(files) if files else None, err_ratio_gate=settings.get("err_ratio_gate"),
-                    time_limit_s=settings.get("time_limit_s"), isolate=False)
-    try:
-        runner.backend()
-    except Exception as exc:  # noqa: BLE001 (the parent raises it again)
-        _send(outbox, ("failed", type(exc).__name__, str(exc)))
-        return
-    _send(outbox, ("ready",))
-    while True:
-        try:
-            op, config = _receive(inbox)
-        except ChildDied:
-            return
-        try:
-            c = parse_config(config)
-            value = runner.run(c) if op == "run" else runner.compiles(c)
-        except Exception as exc:  # noqa: BLE001
-            _send(outbox, ("raise", type(exc).__name__, str(exc)))
-            continue
-        poisoned = not runner.holds_usable_backend
-        _send(outbox, ("ok", value, poisoned))
-
-
-if __name__ == "__main__":
-    serve()
