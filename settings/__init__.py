@@ -13,6 +13,9 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_SQLITE = "sqlite:///attnsweep.db"
+# What a triage run on a GPU may take past its time limit: the 5 s before its child process is
+# killed (triage.child.GRACE_S) and a new process's start (imports, context, compile).
+TRIAGE_RUN_OVERRUN_S = 15.0
 # Values copied from an example file and never changed: refused wherever a secret is read.
 PLACEHOLDER_SECRETS = frozenset({"changethis", "changeme", "change-me", "secret", "password", "token", "example", "xxx"})
 
@@ -171,8 +174,9 @@ class Settings(BaseSettings):
     def triage_time_limit_s(self) -> float:
         """Celery's hard limit for a triage task: per shrunk cluster its shrink budget, the run
         that may overrun it, its classification (triage.classify: 3 repeats and 4 seeds, each
-        within the run limit); and a minute for clustering and storing."""
-        return self.triage_clusters * (self.triage_shrink_seconds + 8 * (self.triage_run_time_limit_s or 30.0)) + 60.0
+        within the run limit and TRIAGE_RUN_OVERRUN_S); and a minute for clustering and storing."""
+        run = (self.triage_run_time_limit_s or 30.0) + TRIAGE_RUN_OVERRUN_S
+        return self.triage_clusters * (self.triage_shrink_seconds + 8 * run) + 60.0
 
     @property
     def lease_renew_s(self) -> float:

@@ -77,3 +77,12 @@ def test_a_backend_the_child_cannot_load_is_refused_as_in_this_process():
             runner.run(SPLIT)
     finally:
         runner.close()
+
+
+def test_a_triage_task_s_hard_limit_allows_every_classification_run_its_overrun():
+    from settings import TRIAGE_RUN_OVERRUN_S, Settings
+
+    assert GRACE_S < TRIAGE_RUN_OVERRUN_S
+    s = Settings(triage_clusters=2, triage_shrink_seconds=10, triage_run_time_limit_s=5)
+    # Every cluster's shrink, and its 8 runs that may each be killed past their limit.
+    assert s.triage_time_limit_s >= 2 * (10 + 8 * (5 + GRACE_S))
