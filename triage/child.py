@@ -85,10 +85,10 @@ class ChildRunner:
             proc = subprocess.Popen([sys.executable, "-m", "triage.child_main"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": path})
             self._proc, self.started = proc, self.started + 1
-            send(proc.stdin.fileno(), self.settings)
             try:
+                send(proc.stdin.fileno(), self.settings)
                 answer = receive(proc.stdout.fileno(), time.monotonic() + START_S)
-            except (TimeoutError, ChildDied) as exc:
+            except (TimeoutError, ChildDied, BrokenPipeError) as exc:
                 self.close()
                 raise ChildDied(f"the triage child process did not start: {exc or 'no answer'}") from None
             if answer[0] != "ready":
