@@ -53,7 +53,7 @@ def output_digest(out: RunOutput) -> str:
 
 
 def unfinished(config: AttentionConfig, how: str, detail: str) -> Observation:
-    """The Observation of a run the child did not finish: a timeout, or an error when it died."""
+    """The Observation of a run that did not finish: a timeout, or an error when its process died."""
     outcome = "timeout" if how == "timeout" else "error"
     return Observation(outcome, None, location_of(config, outcome, None, None, detail=detail), None, detail)
 
@@ -178,7 +178,7 @@ class Runner:
             self.close()
             # Its notes say where the limit stopped it, as in a sweep's timeout (workers.executor).
             detail = "\n".join([f"exceeded the time limit of {self.time_limit_s:g} s", *getattr(exc, "__notes__", ())])
-            return Observation("timeout", None, location_of(config, "timeout", None, None, detail=detail), None, detail)
+            return unfinished(config, "timeout", detail)
         digest = probe.digest if result.outcome in ("pass", "fail", "nan") else None
         location = location_of(config, result.outcome, result.failed_gate, result.variant, result.metrics,
                                result.gates, result.detail)

@@ -68,9 +68,12 @@ class ChildRunner:
 
     def __init__(self, settings: dict[str, Any]):
         self.settings = settings
-        self.time_limit_s: float | None = settings.get("time_limit_s")
         self._proc: subprocess.Popen | None = None
         self.started = 0  # child processes started, for the record and the tests
+
+    @property
+    def time_limit_s(self) -> float | None:
+        return self.settings.get("time_limit_s")
 
     @property
     def pid(self) -> int | None:

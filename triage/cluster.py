@@ -35,8 +35,8 @@ from typing import Any, Mapping, Sequence
 
 from attnconfig import AttentionConfig
 from sweeps.result import ConfigResult
-from triage.explain import Explanation, explain
-from triage.features import condition_holds, facts
+from triage.explain import Explanation, explain, holds
+from triage.features import facts
 from triage.signature import COMBINE, NO_FAMILY, Signature, location_of
 
 MERGE_SHARE = 0.9
@@ -69,6 +69,11 @@ class ResultRow:
                                                                      self.variant, self.metrics, self.gates, self.detail))
 
 
+def rerun_cost(c: AttentionConfig) -> int:
+    """The size of a config's problem, by which a cluster's cheapest member is chosen."""
+    return c.g * c.num_heads_q * c.seq_len_q * c.seq_len_k * (c.head_dim_qk + c.head_dim_v) * c.split_kv
+
+
 @dataclass
 class Cluster:
     signature: Signature
@@ -87,11 +92,7 @@ class Cluster:
 
     def example(self) -> ResultRow:
         """The member that is cheapest to run again: the smallest problem (shrinking starts there)."""
-        def cost(r: ResultRow) -> tuple[int, str]:
-            c = r.config
-            return (c.g * c.num_heads_q * c.seq_len_q * c.seq_len_k * (c.head_dim_qk + c.head_dim_v) * c.split_kv,
-                    c.content_hash())
-        return min(self.members, key=cost)
+        return min(self.members, key=lambda r: (rerun_cost(r.config), r.config.content_hash()))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,7 +125,7 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
                        dict(Counter(r.signature.label() for r in members)))
 
     def covered(conditions: Sequence[str], configs: list[dict[str, Any]]) -> int:
-        return sum(all(condition_holds(n, f) for n in conditions) for f in configs)
+        return sum(holds(conditions, f) for f in configs)
 
     def fits_both(conditions: Sequence[str], a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
         """Whether the conditions hold for MERGE_SHARE of each group's facts (a, b) and MERGE_SHARE of

@@ -92,6 +92,6 @@ def _summary(conditions: list[str], tp: int, fp: int, members: int, passing: int
                        round(precision, 4), round(outside_m / (outside_m + outside_q), 4) if outside_m + outside_q else 0.0)
 
 
-def holds(explanation: Explanation, config_facts: dict[str, Any]) -> bool:
-    """Whether a config's facts satisfy every condition of an explanation."""
-    return all(condition_holds(name, config_facts) for name in explanation.conditions)
+def holds(conditions: Sequence[str], config_facts: dict[str, Any]) -> bool:
+    """Whether a config's facts satisfy every one of the conditions (an explanation's, say)."""
+    return all(condition_holds(name, config_facts) for name in conditions)

@@ -19,7 +19,7 @@ from sweeps.spec import SweepSpec
 from tests.unit.triage.sweeps import RANGES
 from tools.evidence.recluster import H100Names
 from triage.attempt import Runner
-from triage.cluster import Cluster, ResultRow, cluster_results
+from triage.cluster import Cluster, ResultRow, cluster_results, rerun_cost
 from triage.signature import family_of
 from triage.sweep import triage_clusters
 
@@ -82,11 +82,6 @@ def test_a_fault_no_detail_attributes_is_one_cluster_across_families():
     assert clusters[0].explanation.conditions == ["split_kv>1"], clusters[0].explanation.text
 
 
-def _cost(r: ResultRow) -> int:
-    c = r.config
-    return c.g * c.num_heads_q * c.seq_len_q * c.seq_len_k * (c.head_dim_qk + c.head_dim_v) * c.split_kv
-
-
 def test_a_cluster_across_families_is_shrunk_as_its_member_failed():
     # The cluster's own signature is one family's; its cheapest member may have failed in
     # another, and only that signature can it reproduce.
@@ -97,7 +92,7 @@ def test_a_cluster_across_families_is_shrunk_as_its_member_failed():
     # left out, so the cheapest member failed elsewhere.
     other = Cluster(joined.signature, [r for r in joined.members if r.signature != joined.signature],
                     joined.explanation).example()
-    members = [r for r in joined.members if r.signature != joined.signature or _cost(r) > _cost(other)]
+    members = [r for r in joined.members if r.signature != joined.signature or rerun_cost(r.config) > rerun_cost(other.config)]
     bug = Cluster(joined.signature, members, joined.explanation)
     example = bug.example()
     assert example is other and example.signature.location != bug.signature.location
