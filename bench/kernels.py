@@ -2,7 +2,7 @@
 
 For each shape, the same inputs go to our kernels (split kernel + combine, launched through the
 cuda backend's compiled module) and to torch `scaled_dot_product_attention` restricted to the
-cuDNN and to the flash backend. Device time by CUDA events, L2 flushed before every call,
+cuDNN and to the flash backend. GPU time by CUDA events, L2 flushed before every call,
 median of --iters. Effective bandwidth counts the bytes of Q, K, V read (each kv head once,
 only the valid keys of a ragged KV cache) and O written. Also measured in the same run: the
 device-to-device copy bandwidth and a read-only streaming kernel's bandwidth; for every shape
@@ -70,7 +70,7 @@ def prefill_case(dtype, causal, head_dim=PREFILL[4]) -> Case:
 
 
 class Timer:
-    """Median device time of fn() with L2 flushed before each call.
+    """Median GPU time of fn() with L2 flushed before each call.
 
     The flush reads a 256 MiB buffer (never written after it was zeroed), so L2 is left holding
     clean lines: a flush that writes leaves up to the whole L2 dirty, and the next kernel then
@@ -318,7 +318,7 @@ def main() -> None:
         ragged = [int(x) for x in rng.integers(1024, RAGGED[3], size=RAGGED[0])]
         cases.append(decode_case(RAGGED, dtype, ragged=ragged))
         cases += [prefill_case(dtype, False), prefill_case(dtype, True)]
-        print(f"\n== {dtype}: device time (us), effective TB/s, ours / faster of cuDNN and flash "
+        print(f"\n== {dtype}: GPU time (us), effective TB/s, ours / faster of cuDNN and flash "
               f"(>1 = ours faster), ours / read-only stream ceiling, the read-only stream's time (us) for "
               f"this shape's bytes alone")
         print(f"{'shape (b,Hq,Hkv,Sk,D)':34} {'ours':>8} {'cuDNN':>8} {'flash':>8}   {'ours':>5} {'cuDNN':>5} {'flash':>5}   "

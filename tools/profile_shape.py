@@ -5,7 +5,7 @@
 
 The shape `prefill` (or `prefill-causal`) is bench/kernels.py's prefill case (4096 x 4096, 32
 heads, D = 128). split 0: the automatic count. Prints the variant and split that ran and the
-median device time.
+median GPU time (CUDA events).
 --torch flash (or cudnn) runs torch's kernel on the same shape instead, to profile side by side
 (ncu --kernel-name regex:flash_fwd_splitkv_kernel ...).
 """

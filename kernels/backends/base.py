@@ -58,7 +58,7 @@ class RunOutput:
     lse: np.ndarray | None           # [g, Hq, Sq] (f32; f16 for i8) when return_lse
     o_partials: np.ndarray | None = None
     lse_partials: np.ndarray | None = None
-    run_s: float = 0.0               # device time of the launches (events), or wall time on cpu
+    run_s: float = 0.0               # GPU time of the launches (events), or wall time on cpu
     transfer_s: float = 0.0
 
 
