@@ -31,6 +31,13 @@
 #                           configs; 150 for a fault switch), then `attnsweep triage --json`
 #                           (two clusters shrunk, 20 s each), one JSON line per switch
 #                           (tools/evidence/triage_table.py makes tables of them)
+#   worker-triage:SWITCH (200)
+#                           worker-triage.txt, worker-triage.jsonl, worker-N.log: the same
+#                           switch through the service instead of the CLI: Redis (carried in .redis:
+#                           Debian's redis-server and the libraries it links, beside the system's
+#                           C library), a SQLite database, a Celery gpu worker (4 processes) and
+#                           `attnsweep submit` of 150 configs; the worker that ends the sweep
+#                           triages it (two clusters, 20 s each), as the service does
 # Parts, each a list of steps:
 #   defaults       env pytest kernels-f16 kernels-bf16 sweep mma-space
 #   tune           env prefill ncu
@@ -63,7 +70,7 @@ for arg in "$@"; do
         regimes) STEPS+=(env regimes regime-defects) ;;
         triage) STEPS+=(env); for d in $NUMERIC; do STEPS+=("triage:$d"); done ;;
         triage-faults) STEPS+=(env); for d in $FAULTS; do STEPS+=("triage:$d"); done ;;
-        env|pytest|kernels-f16|kernels-bf16|sweep|mma-space|prefill|ncu|regimes|regime-defects|triage:*)
+        env|pytest|kernels-f16|kernels-bf16|sweep|mma-space|prefill|ncu|regimes|regime-defects|triage:*|worker-triage:*)
             STEPS+=("$arg") ;;
         *) echo "unknown step or part $arg (the header lists them)" >&2; exit 2 ;;
     esac
@@ -82,6 +89,7 @@ limit() {
         env) echo 30 ;; pytest) echo 170 ;; kernels-f16) echo 90 ;; kernels-bf16) echo 70 ;;
         sweep) echo 160 ;; mma-space) echo 80 ;; prefill) echo 110 ;; ncu) echo 80 ;;
         regimes) echo 300 ;; regime-defects) echo 300 ;; triage:hang) echo 240 ;; triage:*) echo 90 ;;
+        worker-triage:*) echo 200 ;;
     esac
 }
 
@@ -148,6 +156,44 @@ run_step() {
             "${limit[@]}" --json > /tmp/t.json 2>> "$W/triage.txt"
         python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open('/tmp/t.json'))}))" \
             "$d" >> "$W/triage.jsonl" 2>> "$W/triage.txt" ;;
+    worker-triage:*)
+        # WT_QUEUE=cpu WT_BACKEND=cpu runs the same step on a machine without a GPU.
+        local d=${1#worker-triage:} begin=$SECONDS n=$((${#DONE[@]}))
+        local db=/tmp/w.db port=6390 queue=${WT_QUEUE:-gpu} backend=${WT_BACKEND:-cuda}
+        rm -f /tmp/w.db* /tmp/w.json
+        echo "== $d" >> "$W/worker-triage.txt"
+        LD_LIBRARY_PATH=$PWD/.redis/lib .redis/redis-server --port $port --save '' --appendonly no \
+            --daemonize yes --logfile /tmp/redis.log >> "$W/worker-triage.txt" 2>&1
+        (
+            export ATTNSWEEP_DATABASE_URL=sqlite:///$db ATTNSWEEP_BROKER_URL=redis://127.0.0.1:$port/0 \
+                ATTNSWEEP_TRIAGE_CLUSTERS=2 ATTNSWEEP_TRIAGE_SHRINK_SECONDS=20
+            python3 -m cli db upgrade >> "$W/worker-triage.txt" 2>&1
+            python3 -m cli worker --queue "$queue" --concurrency 4 --loglevel INFO > "$W/worker-$n.log" 2>&1 &
+            local worker=$!
+            python3 -m cli submit --samples 150 --seed 7 --backend "$backend" --defect "$d" \
+                >> "$W/worker-triage.txt" 2>&1
+            # The sweep's progress and its triage's status every 10 s, until the triage is stored.
+            timeout $((t - (SECONDS - begin) - 10)) python3 -c '
+import sys, time
+from store import clusters as stored
+from store.db import session_scope
+from store.models import Sweep
+url = sys.argv[1]
+while True:
+    with session_scope(url) as s:
+        sweep = s.get(Sweep, 1)
+        status = stored.triage_status(s, 1)
+        print(int(time.monotonic()), "sweep", sweep.status if sweep else None, "triage", status, flush=True)
+    if status in ("done", "failed"):
+        break
+    time.sleep(10)' "$ATTNSWEEP_DATABASE_URL" >> "$W/worker-triage.txt" 2>&1
+            timeout 20 python3 -m cli triage 1 --json > /tmp/w.json 2>> "$W/worker-triage.txt"
+            kill -TERM $worker; sleep 3; kill -KILL $worker 2>/dev/null
+            pkill -KILL -f "cli worker --queue $queue" 2>/dev/null
+        )
+        python3 -c "import redis; redis.Redis(port=$port).shutdown(nosave=True)" 2>/dev/null
+        python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open('/tmp/w.json'))}))" \
+            "$d" >> "$W/worker-triage.jsonl" 2>> "$W/worker-triage.txt" ;;
     esac
 }
 
