@@ -26,10 +26,11 @@
 #   regime-defects (300)    regime-defects.txt: gpu_evidence.py regime-defects for the switches
 #                           of REGIME_DEFECTS (comma-separated; default every numeric switch),
 #                           300 configs a sweep
-#   triage:SWITCH (90; hang 240: each hanging run costs its limit and a new process)
+#   triage:SWITCH (90; hang and missing_barrier 240: each run of a timeout cluster costs its
+#                           limit, 5 s more, and a new process)
 #                           triage.txt, triage.jsonl: a sweep with the switch compiled in (300
 #                           configs; 150 for a fault switch), then `attnsweep triage --json`
-#                           (two clusters shrunk, 20 s each), one JSON line per switch
+#                           (two clusters shrunk, TRIAGE_SECONDS (20) each), one JSON line per switch
 #                           (tools/evidence/triage_table.py makes tables of them)
 #   worker-triage:SWITCH (200)
 #                           worker-triage.txt, worker-triage.jsonl, worker-N.log: the same
@@ -54,7 +55,8 @@
 #     fastapi==0.165.0 starlette==1.10.0 celery==5.7.0 kombu==5.7.0 vine==5.1.0 billiard==4.3.2 \
 #     amqp==5.4.2 redis==8.2.0 click-didyoumean==0.3.1 click-plugins==1.1.1.2 click-repl==0.4.1 \
 #     python-dateutil==2.9.0.post0 pytest-timeout==2.4.0 hypothesis==6.170.27 sortedcontainers==2.4.0 \
-#     attrs==26.1.0 ml_dtypes==0.7.0
+#     attrs==26.1.0 ml_dtypes==0.7.0 tzlocal==5.4.5 prompt_toolkit==3.0.53 wcwidth==0.9.5 \
+#     opentelemetry-api==1.45.3
 set -u
 O=${OUT:?set OUT to the folder whose files come back}
 DEADLINE_S=${DEADLINE_S:-575}
@@ -88,7 +90,7 @@ limit() {
     case $1 in
         env) echo 30 ;; pytest) echo 170 ;; kernels-f16) echo 90 ;; kernels-bf16) echo 70 ;;
         sweep) echo 160 ;; mma-space) echo 80 ;; prefill) echo 110 ;; ncu) echo 80 ;;
-        regimes) echo 300 ;; regime-defects) echo 300 ;; triage:hang) echo 240 ;; triage:*) echo 90 ;;
+        regimes) echo 300 ;; regime-defects) echo 300 ;; triage:hang|triage:missing_barrier) echo 240 ;; triage:*) echo 90 ;;
         worker-triage:*) echo 200 ;;
     esac
 }
@@ -152,7 +154,8 @@ run_step() {
         echo "== $d" >> "$W/triage.txt"
         ATTNSWEEP_CONFIG_TIME_GRACE_S=2 timeout $((t / 2)) python3 -m cli run --backend cuda --samples "$n" \
             --seed 7 --jobs 16 --defect "$d" "${limit[@]}" --no-triage --db /tmp/t.db >> "$W/triage.txt" 2>&1
-        timeout $((t - (SECONDS - begin))) python3 -m cli triage 1 --db /tmp/t.db --max-clusters 2 --max-seconds 20 \
+        timeout $((t - (SECONDS - begin))) python3 -m cli triage 1 --db /tmp/t.db --max-clusters 2 \
+            --max-seconds "${TRIAGE_SECONDS:-20}" \
             "${limit[@]}" --json > /tmp/t.json 2>> "$W/triage.txt"
         python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open('/tmp/t.json'))}))" \
             "$d" >> "$W/triage.jsonl" 2>> "$W/triage.txt" ;;
@@ -171,7 +174,7 @@ run_step() {
             python3 -m cli worker --queue "$queue" --concurrency 4 --loglevel INFO > "$W/worker-$n.log" 2>&1 &
             local worker=$!
             python3 -m cli submit --samples 150 --seed 7 --backend "$backend" --defect "$d" \
-                >> "$W/worker-triage.txt" 2>&1
+                >> "$W/worker-triage.txt" 2>&1 || { kill -KILL $worker; exit 1; }
             # The sweep's progress and its triage's status every 10 s, until the triage is stored.
             timeout $((t - (SECONDS - begin) - 10)) python3 -c '
 import sys, time
