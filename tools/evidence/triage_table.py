@@ -3,7 +3,7 @@
 
 For each switch: its failing configs, the number of clusters, and per cluster its size,
 signature, explanation, the shrunk config's sizes (keys, g, heads, head dims, split_kv), the
-shrinking runs, and the classification.
+runs of the shrink and the classification together, and the classification.
 
     python3 tools/evidence/triage_table.py triage.jsonl
 """
