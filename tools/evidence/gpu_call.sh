@@ -171,11 +171,14 @@ run_step() {
             export ATTNSWEEP_DATABASE_URL=sqlite:///$db ATTNSWEEP_BROKER_URL=redis://127.0.0.1:$port/0 \
                 ATTNSWEEP_TRIAGE_CLUSTERS=2 ATTNSWEEP_TRIAGE_SHRINK_SECONDS=20
             python3 -m cli db upgrade >> "$W/worker-triage.txt" 2>&1
-            python3 -m cli worker --queue "$queue" --concurrency 4 --loglevel INFO > "$W/worker-$n.log" 2>&1 &
+            # Its own process group (setsid), so that stopping it stops its pool and nothing else.
+            setsid python3 -m cli worker --queue "$queue" --concurrency 4 --loglevel INFO \
+                > "$W/worker-$n.log" 2>&1 &
             local worker=$!
             python3 -m cli submit --samples 150 --seed 7 --backend "$backend" --defect "$d" \
-                >> "$W/worker-triage.txt" 2>&1 || { kill -KILL $worker; exit 1; }
-            # The sweep's progress and its triage's status every 10 s, until the triage is stored.
+                >> "$W/worker-triage.txt" 2>&1 || { kill -KILL -- -$worker; exit 1; }
+            # The sweep's progress and its triage's status every 10 s, until the triage is stored;
+            # the clusters are read only then (`attnsweep triage` would compute a pending one itself).
             timeout $((t - (SECONDS - begin) - 10)) python3 -c '
 import sys, time
 from store import clusters as stored
@@ -189,10 +192,9 @@ while True:
         print(int(time.monotonic()), "sweep", sweep.status if sweep else None, "triage", status, flush=True)
     if status in ("done", "failed"):
         break
-    time.sleep(10)' "$ATTNSWEEP_DATABASE_URL" >> "$W/worker-triage.txt" 2>&1
-            timeout 20 python3 -m cli triage 1 --json > /tmp/w.json 2>> "$W/worker-triage.txt"
-            kill -TERM $worker; sleep 3; kill -KILL $worker 2>/dev/null
-            pkill -KILL -f "cli worker --queue $queue" 2>/dev/null
+    time.sleep(10)' "$ATTNSWEEP_DATABASE_URL" >> "$W/worker-triage.txt" 2>&1 &&
+                timeout 20 python3 -m cli triage 1 --json > /tmp/w.json 2>> "$W/worker-triage.txt"
+            kill -TERM -- -$worker; sleep 3; kill -KILL -- -$worker 2>/dev/null
         )
         python3 -c "import redis; redis.Redis(port=$port).shutdown(nosave=True)" 2>/dev/null
         python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open('/tmp/w.json'))}))" \
