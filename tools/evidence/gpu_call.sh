@@ -95,6 +95,11 @@ limit() {
     esac
 }
 
+# triage_line SWITCH FILE: one JSON line, {"defect": SWITCH, "triage": FILE's `attnsweep triage --json`}
+triage_line() {
+    python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open(sys.argv[2]))}))" "$1" "$2"
+}
+
 # run_step STEP LIMIT: the step's commands, each under `timeout` within LIMIT seconds
 run_step() {
     local t=$2
@@ -157,11 +162,10 @@ run_step() {
         timeout $((t - (SECONDS - begin))) python3 -m cli triage 1 --db /tmp/t.db --max-clusters 2 \
             --max-seconds "${TRIAGE_SECONDS:-20}" \
             "${limit[@]}" --json > /tmp/t.json 2>> "$W/triage.txt"
-        python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open('/tmp/t.json'))}))" \
-            "$d" >> "$W/triage.jsonl" 2>> "$W/triage.txt" ;;
+        triage_line "$d" /tmp/t.json >> "$W/triage.jsonl" 2>> "$W/triage.txt" ;;
     worker-triage:*)
         # WT_QUEUE=cpu WT_BACKEND=cpu runs the same step on a machine without a GPU.
-        local d=${1#worker-triage:} begin=$SECONDS n=$((${#DONE[@]}))
+        local d=${1#worker-triage:} begin=$SECONDS n=${#DONE[@]}
         local db=/tmp/w.db port=6390 queue=${WT_QUEUE:-gpu} backend=${WT_BACKEND:-cuda}
         rm -f /tmp/w.db* /tmp/w.json
         echo "== $d" >> "$W/worker-triage.txt"
@@ -197,8 +201,7 @@ while True:
             kill -TERM -- -$worker; sleep 3; kill -KILL -- -$worker 2>/dev/null
         )
         python3 -c "import redis; redis.Redis(port=$port).shutdown(nosave=True)" 2>/dev/null
-        python3 -c "import json,sys; print(json.dumps({'defect': sys.argv[1], 'triage': json.load(open('/tmp/w.json'))}))" \
-            "$d" >> "$W/worker-triage.jsonl" 2>> "$W/worker-triage.txt" ;;
+        triage_line "$d" /tmp/w.json >> "$W/worker-triage.jsonl" 2>> "$W/worker-triage.txt" ;;
     esac
 }
 
