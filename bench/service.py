@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__" and __package__ in (None, ""):
@@ -35,6 +32,8 @@ if __name__ == "__main__" and __package__ in (None, ""):
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
+
+from harness import ServiceStack, service_env, wait_for  # noqa: E402
 
 PG_ADMIN = os.environ.get("ATTNSWEEP_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("ATTNSWEEP_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -98,21 +97,6 @@ QUERY_MIX: dict[str, list[str]] = {
 ALL_TIME = ["/failures/summary?by=dtype", "/failures/summary?by=dtype,split_kv"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(interval)
-    return value
-
-
 def p95(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
@@ -125,33 +109,11 @@ class Bench:
         self.db_name = f"attnsweep_bench_{tag}"
         self.url = PG_ADMIN.rsplit("/", 1)[0] + "/" + self.db_name
         self.prefix = f"bench{tag}-"
-        self.procs: list[subprocess.Popen] = []
         self.rows: list[tuple[str, str, str]] = []
-        self.logs = Path(f"/tmp/attnsweep-bench-{tag}")
-        self.logs.mkdir(parents=True, exist_ok=True)
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSWEEP_")}
-        env.update(ATTNSWEEP_DATABASE_URL=self.url, ATTNSWEEP_BROKER_URL=REDIS_URL, ATTNSWEEP_QUEUE_PREFIX=self.prefix,
-                   ATTNSWEEP_HEARTBEAT_S="1", ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20), PYTHONPATH=str(ROOT),
-                   OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        return env
-
-    def spawn(self, name: str, *argv: str) -> subprocess.Popen:
-        log = (self.logs / f"{name}.log").open("w")
-        proc = subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=ROOT, env=self.env(), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(proc)
-        return proc
-
-    def stop(self, proc: subprocess.Popen) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        logs = Path(f"/tmp/attnsweep-bench-{tag}")
+        logs.mkdir(parents=True, exist_ok=True)
+        self.stack = ServiceStack(service_env(self.url, REDIS_URL, self.prefix, ATTNSWEEP_HEARTBEAT_S="1",
+                                              ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20)), logs)
 
     # --- set-up and tear-down -----------------------------------------------------------------
     def setup(self) -> None:
@@ -160,20 +122,11 @@ class Bench:
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')
         upgrade(self.url)
-        self.port = free_port()
-        self.spawn("api", "serve", "--port", str(self.port))
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120)
-
-        def up() -> bool:
-            try:
-                return self.http.get("/healthz").status_code == 200
-            except httpx.TransportError:
-                return False
-        wait_for(up, 60, "the API")
+        self.stack.start_api()
+        self.http = httpx.Client(base_url=self.stack.url(""), timeout=120)
 
     def teardown(self) -> None:
-        for proc in self.procs:
-            self.stop(proc)
+        self.stack.stop()
         from store.db import get_engine
 
         get_engine(self.url).dispose()
@@ -238,8 +191,7 @@ class Bench:
             wall = time.perf_counter() - t0
             self.rows.append((f"embedded runner, {jobs} process{'es' if jobs > 1 else ''}, {n} configs",
                               f"{n / wall:.1f} configs/s", f"{wall:.1f} s"))
-        workers = [self.spawn(f"worker{i}", "worker", "--queue", "cpu", "--concurrency", "1", "--name", f"bench{i}@{self.prefix}")
-                   for i in range(2)]
+        workers = [self.stack.start_worker(f"bench{i}@{self.prefix}", concurrency=1, wait=False) for i in range(2)]
         wait_for(lambda: len([w for w in self.http.get("/workers?alive=true").json()["data"]
                               if w["queue"] == f"{self.prefix}cpu"]) == 2, 90, "two registered workers", interval=0.2)
         t0 = time.perf_counter()
@@ -249,7 +201,7 @@ class Bench:
         self.rows.append((f"2 cpu workers via API + Redis + PostgreSQL, {n} configs", f"{n / wall:.1f} configs/s",
                           f"{wall:.1f} s (POST to done)"))
         for proc in workers:
-            self.stop(proc)
+            proc.stop(grace_s=30)
 
     # --- 3. failure queries over a million results -------------------------------------------------
     def failure_queries(self) -> None:
