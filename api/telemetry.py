@@ -2,9 +2,11 @@
 
 Each app has its own registry (several apps in one process, as in tests, never clash). The
 gauges are read when scraped: from the database, sweeps by status, configs waiting for a worker
-in live (queued or running) sweeps, configs committed but not yet published, stuck sweeps, live
-workers per queue; from the broker (Redis, with a 1 s timeout), whether it answers, tasks
-waiting per queue and tasks delivered but not yet acknowledged per queue.
+in live (queued or running) sweeps, configs committed but not yet published, stuck sweeps,
+seconds since a waiting config last saw a result stored (a stall), live workers per queue; from
+the broker (Redis, with a 1 s timeout), whether it answers, tasks waiting per queue and tasks
+delivered but not yet acknowledged per queue. Every per-queue series is written for each of the
+deployment's queues, 0 included, so an alert on `== 0` fires when the last worker is gone.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ class StoreCollector(Collector):
         self.settings = settings
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from workers.outbox import stuck_sweeps, queued_live_count, unpublished_count
+        from workers.outbox import queued_live_count, stalled_seconds, stuck_sweeps, unpublished_count
 
         with self.sessions() as session:
             sweeps = GaugeMetricFamily("attnsweep_sweeps", "Sweeps by status", labels=["status"])
@@ -47,8 +49,11 @@ class StoreCollector(Collector):
             stuck = GaugeMetricFamily("attnsweep_sweeps_stuck", f"Queued or running sweeps with nothing stored or "
                                       f"published for {STUCK_AFTER_S:g} s, or complete but not ended")
             stuck.add_metric([], len(stuck_sweeps(session, STUCK_AFTER_S)))
+            stalled = GaugeMetricFamily("attnsweep_stalled_seconds", "Seconds since a result was last stored while "
+                                        "configs wait (0 when none waits); longer than the slowest config means a stall")
+            stalled.add_metric([], stalled_seconds(session))
             workers = GaugeMetricFamily("attnsweep_workers_alive", "Live workers by queue", labels=["queue"])
-            per_queue: dict[str, int] = {}
+            per_queue = dict.fromkeys(self.queues(), 0)
             for w in repo.live_workers(session, self.stale_after_s):
                 per_queue[w.queue] = per_queue.get(w.queue, 0) + 1
             for queue, n in sorted(per_queue.items()):
@@ -61,8 +66,12 @@ class StoreCollector(Collector):
                                              "(compile, inputs, kernel, reference, verify), by backend", labels=["backend"])
             for backend, (buckets, total) in sorted(queries.run_time_histogram(session, RUN_TIME_BUCKETS).items()):
                 run_time.add_metric([backend], [(f"{b:g}" if b != float("inf") else "+Inf", n) for b, n in buckets], total)
-        yield from (sweeps, queued, unpublished, stuck, workers, configs, run_time)
+        yield from (sweeps, queued, unpublished, stuck, stalled, workers, configs, run_time)
         yield from self._broker()
+
+    def queues(self) -> list[str]:
+        """The deployment's queues (settings.queue_name of each kind)."""
+        return [self.settings.queue_name(kind) for kind in ("cpu", "gpu")] if self.settings is not None else []
 
     def _broker(self) -> Iterator[GaugeMetricFamily]:
         from workers.app import redis_client

@@ -7,7 +7,10 @@ docker-compose), the API (`attnsweep serve`) and two real Celery workers (`pytho
 is printed per drill: configs stored, distinct, duplicated (written more than once), lost (never
 stored), the sweep's final status and the recovery time (from the end of the disruption to the
 sweep being done). Every wait is bounded; a drill that does not finish in time is reported as
-such. The drills are listed in drills/basic.py and docs/service.md ("Drills").
+such. The drills are listed in drills/basic.py, drills/outages.py (the infrastructure fails and
+no outcome may change: each compared with a clean run of the same sweep) and docs/service.md
+("Drills"). PostgreSQL's data lives on a small tmpfs of its own when run as root, so that a
+drill can fill its disk.
 
 `python -m drills [--only NAME,...] [--configs N] [--keep]`.
 """
@@ -23,10 +26,11 @@ from pathlib import Path
 from typing import Callable
 
 from drills.basic import DRILLS as BASIC
+from drills.outages import NAMES as OUTAGES, Outages, drills as outage_drills, mount_pg_fs, unmount_pg_fs
 from drills.stack import DrillService, Row, log
 from harness import PostgresCluster, RedisServer
 
-DRILLS: dict[str, Callable[[DrillService, int], Row]] = {**BASIC}
+NAMES = [*BASIC, *OUTAGES]
 
 
 def print_table(rows: list[Row]) -> None:
@@ -43,18 +47,24 @@ def print_table(rows: list[Row]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="", help=f"comma-separated drills of: {', '.join(DRILLS)}")
+    parser.add_argument("--only", default="", help=f"comma-separated drills of: {', '.join(NAMES)}")
     parser.add_argument("--configs", type=int, default=150, help="configs per sweep")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, data)")
     args = parser.parse_args()
-    chosen = [d.strip() for d in args.only.split(",") if d.strip()] or list(DRILLS)
-    unknown = [d for d in chosen if d not in DRILLS]
+    chosen = [d.strip() for d in args.only.split(",") if d.strip()] or list(NAMES)
+    unknown = [d for d in chosen if d not in NAMES]
     if unknown:
-        parser.error(f"--only: unknown drill {unknown[0]!r}; one of {', '.join(DRILLS)}")
+        parser.error(f"--only: unknown drill {unknown[0]!r}; one of {', '.join(NAMES)}")
     base = Path(tempfile.mkdtemp(prefix="attnsweep-drills-"))
     log(f"working in {base}")
-    pg, redis_ = PostgresCluster(base / "pg"), RedisServer(base / "redis")
+    pg_fs = mount_pg_fs(base / "pgfs")
+    # A small WAL, so that the tmpfs holds it: the disk-full drill fills what is left.
+    pg = PostgresCluster(base / "pg", data=pg_fs / "data" if pg_fs else None,
+                         settings={"max_wal_size": "64MB", "min_wal_size": "32MB"})
+    redis_ = RedisServer(base / "redis")
     svc = DrillService(base, pg, redis_)
+    drills: dict[str, Callable[[], Row]] = {**{name: (lambda fn=fn: fn(svc, args.configs)) for name, fn in BASIC.items()},
+                                            **outage_drills(Outages(svc, args.configs, pg_fs))}
     rows: list[Row] = []
     stuck = 0
     try:
@@ -73,7 +83,7 @@ def main() -> int:
             log(f"drill {name}")
             t0 = time.monotonic()
             try:
-                row = DRILLS[name](svc, args.configs)
+                row = drills[name]()
             except Exception as exc:  # noqa: BLE001 - a drill that breaks is a row that says so
                 row = Row(name, status="error", note=f"{type(exc).__name__}: {exc}")
             log(f"drill {name}: {row} ({time.monotonic() - t0:.0f} s)")
@@ -84,6 +94,7 @@ def main() -> int:
         svc.stack.stop()
         redis_.kill()
         pg.stop()
+        unmount_pg_fs(pg_fs)
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     print_table(rows)

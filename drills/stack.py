@@ -37,11 +37,14 @@ class Row:
     recovery_s: float | None = None
     note: str = ""
     equal: tuple[int, int] | None = None   # (outcomes equal to the clean run, configs compared)
+    reruns_expected: bool = False          # a worker stopped past its lease: its late results arrive too
+    failed: str = ""                       # a drill's own check that did not hold
 
     @property
     def bad(self) -> bool:
         unequal = self.equal is not None and self.equal[0] != self.equal[1]
-        return bool(self.lost or self.duplicated or self.status != "done" or unequal)
+        duplicated = self.duplicated and not self.reruns_expected
+        return bool(self.lost or duplicated or self.status != "done" or unequal or self.failed)
 
 
 @dataclass
@@ -98,8 +101,12 @@ class DrillService:
 
     def post_sweep(self, n: int, seed: int, timeout: float = 30) -> tuple[int, Any]:
         configs = [{**BASE, "data_seed": seed * 100000 + i} for i in range(n)]
-        return self.stack.request("POST", "/sweeps", {"configs": configs, "backend": "cpu", "label": f"drill {seed}"},
-                                  timeout=timeout)
+        return self.post_configs(configs, f"drill {seed}", timeout=timeout)
+
+    def post_configs(self, configs: list[dict[str, Any]], label: str, defects: list[str] | None = None,
+                     timeout: float = 30) -> tuple[int, Any]:
+        return self.stack.request("POST", "/sweeps", {"configs": configs, "backend": "cpu", "label": label,
+                                                      "defects": defects or []}, timeout=timeout)
 
     def deliver(self, payload: dict[str, Any], delivery: str) -> tuple[int, Any]:
         body = json.dumps(payload).encode()

@@ -20,9 +20,11 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 
 
 class PostgresCluster:
-    def __init__(self, folder: Path, dbname: str = "attnsweep", data: Path | None = None):
+    def __init__(self, folder: Path, dbname: str = "attnsweep", data: Path | None = None,
+                 settings: dict[str, str] | None = None):
         """`data`: where the data directory goes (a small file system of its own, to fill it);
-        default inside `folder`."""
+        default inside `folder`. `settings`: more server settings (`-c name=value`)."""
+        self.settings = dict(settings or {})
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
         if not bins:
             raise RuntimeError("no PostgreSQL binaries under /usr/lib/postgresql/*/bin (apt-get install postgresql)")
@@ -57,6 +59,7 @@ class PostgresCluster:
 
     def start(self) -> None:
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        opts += "".join(f" -c {k}={v}" for k, v in self.settings.items())
         self.pg_ctl("-o", opts, "-l", str(self.logfile), "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:

@@ -402,6 +402,23 @@ def stuck_sweeps(session: Session, after_s: float) -> list[int]:
     return out
 
 
+def stalled_seconds(session: Session) -> float:
+    """Seconds since anything moved for the configs waiting in queued or running service sweeps:
+    since the last result stored in such a sweep, or since the newest of them was created; 0
+    when no config waits. A broker that lost its tasks (flushed, restarted empty) shows here
+    until the reconciler requeues them."""
+    rows = session.execute(
+        select(Sweep.created_at, func.max(ConfigRun.finished_at))
+        .join(ConfigRun, ConfigRun.sweep_id == Sweep.id)
+        .where(Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None))
+        .group_by(Sweep.id, Sweep.created_at)
+        .having(func.count(ConfigRun.id).filter(ConfigRun.state == "queued") > 0)).all()
+    moments = [_aware(t) for row in rows for t in row if t is not None]
+    if not moments:
+        return 0.0
+    return max(0.0, (repo.now() - max(moments)).total_seconds())
+
+
 def _aware(t: Any) -> Any:
     """SQLite hands back naive datetimes (UTC); PostgreSQL aware ones."""
     from datetime import timezone

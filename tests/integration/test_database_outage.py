@@ -91,3 +91,29 @@ def test_worker_retries_batches_until_the_database_is_back(service, tmp_path):
     finally:
         stop_worker(worker)
         relay.close()
+
+
+def test_healthz_reports_a_database_that_answers_but_cannot_write(service):
+    """Reads work, writes are refused (here: every transaction read-only, as on a standby; a
+    full disk refuses the same probe): /healthz is 503 and says so."""
+    import psycopg
+
+    from store.db import get_engine
+
+    name = urlsplit(service.url).path.lstrip("/")
+    admin = service.url.rsplit("/", 1)[0] + "/postgres"
+    with service.client() as c:
+        assert c.get("/healthz").status_code == 200
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        try:
+            get_engine(service.url).dispose()   # new connections take the setting
+            health = c.get("/healthz")
+            assert c.get("/sweeps").status_code == 200   # it still answers
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+            get_engine(service.url).dispose()
+        assert health.status_code == 503, health.text
+        assert health.json()["database"].startswith("error: answers but cannot write"), health.json()
+        assert c.get("/healthz").status_code == 200
