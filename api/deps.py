@@ -22,7 +22,9 @@ Offset = Annotated[int, Query(ge=0, le=INT8_MAX, description="rows to skip")]
 MAX_PARAM_CHARS = 1000
 
 
-def check_text_params(request: Request) -> None:
+# The dependencies that only read the request or the app's state are coroutines: FastAPI runs a
+# plain function dependency in its thread pool, a hop per dependency per request.
+async def check_text_params(request: Request) -> None:
     """Every query and path value is storable text (no NUL, no lone surrogate) of at most
     MAX_PARAM_CHARS characters: else 422 naming the parameter, before any handler runs."""
     problems = []
@@ -41,7 +43,7 @@ def check_text_params(request: Request) -> None:
 bearer = HTTPBearer(auto_error=False, description="a token of ATTNSWEEP_API_TOKENS; writes are open when it is unset")
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -64,7 +66,7 @@ def sweep_or_404(session: Session, sweep_id: int) -> Sweep:
     return sweep
 
 
-def get_celery(request: Request) -> Celery:
+async def get_celery(request: Request) -> Celery:
     return request.app.state.celery
 
 
@@ -88,7 +90,7 @@ def require_writer(settings: SettingsDep,
 WriteAccess = Annotated[None, Depends(require_writer)]
 
 
-def get_telemetry(request: Request):  # noqa: ANN201
+async def get_telemetry(request: Request):  # noqa: ANN201
     return request.app.state.telemetry
 
 

@@ -11,7 +11,7 @@ from api.errors import BodyLimit, SafeJSONResponse, install_error_handlers
 from api import dashboard
 from api.docs import install_docs
 from api.routes import bisect, ci, failures, health, metrics, sweeps, webhooks, workers
-from api.telemetry import Telemetry
+from api.telemetry import Telemetry, TelemetryMiddleware
 from settings import Settings, get_settings
 from store.db import session_factory
 from submit.ci import ci_spec
@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if not settings.tokens:
         log.warning("ATTNSWEEP_API_TOKENS is unset: POST endpoints accept requests without a token")
     install_error_handlers(app)
-    app.middleware("http")(app.state.telemetry.middleware)
+    app.add_middleware(TelemetryMiddleware, telemetry=app.state.telemetry)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     for module in (sweeps, failures, workers, health, metrics, webhooks, ci, bisect, dashboard):
         app.include_router(module.router)

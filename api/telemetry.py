@@ -106,10 +106,37 @@ class Telemetry:
         self.configs_enqueued = Counter("attnsweep_configs_enqueued", "Configs published to the queues", registry=self.registry)
         self.registry.register(StoreCollector(sessions, stale_after_s, settings))
 
-    async def middleware(self, request: Any, call_next: Callable) -> Any:
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.latency.labels(method, route).observe(seconds)
+        self.requests.labels(method, route, str(status)).inc()
+
+
+class TelemetryMiddleware:
+    """ASGI middleware: each request's latency and status by method and route template.
+
+    Plain ASGI rather than Starlette's BaseHTTPMiddleware, which runs every request through a
+    task group and a streamed copy of the response: under 20 concurrent clients that wrapper
+    was the largest share of the API process's CPU time (bench/api_load.py)."""
+
+    def __init__(self, app: Any, telemetry: Telemetry):
+        self.app = app
+        self.telemetry = telemetry
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         t0 = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        self.latency.labels(request.method, route).observe(time.perf_counter() - t0)
-        self.requests.labels(request.method, route, str(response.status_code)).inc()
-        return response
+        status = 500
+
+        async def send_status(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.telemetry.observe(scope["method"], route, status, time.perf_counter() - t0)

@@ -1,6 +1,8 @@
-"""The service under load: submission, failure queries on a million results, workers vs embedded.
+"""The service under load: submission, failure queries on a million results, workers vs embedded,
+and the API under concurrent clients against a baseline revision.
 
     .venv/bin/python -m bench.service [--results 1000000] [--sweep-configs 10000] [--e2e-configs 120]
+        [--parts submission,e2e,queries,load] [--baseline main] [--clients 20] [--load-rounds 10] [--pace 1]
 
 Needs PostgreSQL and Redis on 127.0.0.1 (as the integration tests). Everything runs on this
 machine in a database and under queue names of its own, removed at the end:
@@ -13,6 +15,9 @@ machine in a database and under queue names of its own, removed at the end:
    INSERT ... SELECT generate_series), for single-field filters, two-field filters and a
    summary of one sweep; the all-time summary of the whole store is shown on its own line.
    Target <= 50 ms.
+4. POST /sweeps of 20-config sampled sweeps and GET /sweeps/{id}, `--clients` at once, against
+   this tree's API and `--baseline`'s in alternating phases (bench/api_load.py), saturated and
+   paced: p50/p95/p99. Target: POST p99 <= 250 ms.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import httpx  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
 
+from bench.api_load import compare, export_revision  # noqa: E402
 from harness import ServiceStack, service_env, wait_for  # noqa: E402
 
 PG_ADMIN = os.environ.get("ATTNSWEEP_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -110,10 +116,15 @@ class Bench:
         self.url = PG_ADMIN.rsplit("/", 1)[0] + "/" + self.db_name
         self.prefix = f"bench{tag}-"
         self.rows: list[tuple[str, str, str]] = []
-        logs = Path(f"/tmp/attnsweep-bench-{tag}")
-        logs.mkdir(parents=True, exist_ok=True)
-        self.stack = ServiceStack(service_env(self.url, REDIS_URL, self.prefix, ATTNSWEEP_HEARTBEAT_S="1",
-                                              ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20)), logs)
+        self.logs = Path(f"/tmp/attnsweep-bench-{tag}")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.stack = self._stack(self.url, self.prefix, self.logs, ROOT)
+        self.baseline: ServiceStack | None = None
+
+    @staticmethod
+    def _stack(url: str, prefix: str, logs: Path, root: Path) -> ServiceStack:
+        return ServiceStack(service_env(url, REDIS_URL, prefix, ATTNSWEEP_HEARTBEAT_S="1",
+                                        ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20)), logs, root=root)
 
     # --- set-up and tear-down -----------------------------------------------------------------
     def setup(self) -> None:
@@ -127,15 +138,19 @@ class Bench:
 
     def teardown(self) -> None:
         self.stack.stop()
+        if self.baseline is not None:
+            self.baseline.stop()
         from store.db import get_engine
 
         get_engine(self.url).dispose()
         r = redis.Redis.from_url(REDIS_URL)
-        keys = [k for p in (f"{self.prefix}*", f"_kombu.binding.{self.prefix}*") for k in r.scan_iter(p)]
-        if keys:
-            r.delete(*keys)
+        for prefix in (self.prefix, f"base{self.prefix}"):
+            keys = [k for p in (f"{prefix}*", f"_kombu.binding.{prefix}*") for k in r.scan_iter(p)]
+            if keys:
+                r.delete(*keys)
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            for name in (self.db_name, f"{self.db_name}_base"):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def sql(self, text: str) -> Any:
         with psycopg.connect(self.url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
@@ -240,6 +255,24 @@ class Bench:
         self.rows.append((f"GET /failures/summary of the whole store ({len(whole)} requests)",
                           f"p50 {statistics.median(whole) * 1e3:.0f} / p95 {p95(whole) * 1e3:.0f} ms", "full scan; not in the mix"))
 
+    # --- 4. the API under concurrent clients, against a baseline ---------------------------------
+    def api_load(self) -> None:
+        from store.migrate import upgrade
+
+        stacks = {"this tree": self.stack}
+        if self.args.baseline:
+            name = f"{self.db_name}_base"
+            with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+            upgrade(url)
+            (self.logs / "baseline").mkdir()
+            tree = export_revision(ROOT, self.args.baseline, self.logs / "baseline-tree")
+            self.baseline = self._stack(url, f"base{self.prefix}", self.logs / "baseline", tree)
+            self.baseline.start_api()
+            stacks = {f"baseline {self.args.baseline}": self.baseline, **stacks}
+        self.rows += compare(stacks, self.args.clients, self.args.load_rounds, self.args.phases, self.args.pace)
+
     def report(self) -> None:
         w0 = max(len(r[0]) for r in self.rows)
         w1 = max(len(r[1]) for r in self.rows)
@@ -255,13 +288,22 @@ def main() -> None:
     parser.add_argument("--sweep-configs", type=int, default=10_000)
     parser.add_argument("--e2e-configs", type=int, default=120)
     parser.add_argument("--rounds", type=int, default=20, help="repetitions of the query mix")
+    parser.add_argument("--parts", default="submission,e2e,queries,load", help="which parts, comma-separated")
+    parser.add_argument("--baseline", default="main", help="the revision the load part compares with ('' for none)")
+    parser.add_argument("--clients", type=int, default=20, help="concurrent clients of the load part")
+    parser.add_argument("--load-rounds", type=int, default=10, help="sweeps each client submits per phase")
+    parser.add_argument("--phases", type=int, default=2, help="phases per API, alternating")
+    parser.add_argument("--pace", type=float, default=1.0, help="seconds between a paced client's rounds")
     args = parser.parse_args()
+    parts = {"submission": "submission", "e2e": "end_to_end", "queries": "failure_queries", "load": "api_load"}
+    chosen = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if any(p not in parts for p in chosen):
+        parser.error(f"--parts: one or more of {', '.join(parts)}")
     bench = Bench(args)
     try:
         bench.setup()
-        bench.submission()
-        bench.end_to_end()
-        bench.failure_queries()
+        for part in chosen:
+            getattr(bench, parts[part])()
     finally:
         bench.teardown()
         bench.report()

@@ -41,6 +41,8 @@ def print_table(rows: list[Row]) -> None:
         note = r.note
         if r.equal is not None:
             note = f"outcomes equal to the clean run: {r.equal[0]} of {r.equal[1]}" + (f"; {note}" if note else "")
+        if r.failed:
+            note = f"FAILED: {r.failed}; {note}"
         print(f"| {r.drill:<36} | {r.total:>7} | {r.stored:>6} | {r.distinct:>8} | {r.duplicated:>10} | {r.lost:>4} | "
               f"{r.status:<6} | {rec:>8} | {note}", flush=True)
 

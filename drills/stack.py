@@ -16,6 +16,7 @@ from harness import PostgresCluster, RedisServer, ServiceStack, service_env, wai
 SECRET = "drill-webhook-secret-5b1f0c"
 LEASE_S = 30           # ATTNSWEEP_VISIBILITY_TIMEOUT_S for the drills (the minimum)
 DONE_TIMEOUT_S = 300   # the longest any drill waits for its sweep
+CONFIG_LIMIT_S = 20    # per-config time limit: far above a drill config's second, below a freeze
 WORKERS = ("drill0", "drill1")
 # Small configs: a few tenths of a second of numpy each on one core.
 BASE = dict(dtype="f16", g=1, seq_len_q=32, seq_len_k=2048, num_heads_q=4, num_heads_kv=2, head_dim_qk=64, head_dim_v=64)
@@ -62,6 +63,7 @@ class DrillService:
         return service_env(
             self.pg.url, self.redis.url, "drill-", ATTNSWEEP_HEARTBEAT_S="2", ATTNSWEEP_VISIBILITY_TIMEOUT_S=str(LEASE_S),
             ATTNSWEEP_TASK_BATCH_SIZE="4", ATTNSWEEP_WEBHOOK_SECRET=SECRET,
+            ATTNSWEEP_CONFIG_TIME_LIMIT_S=str(CONFIG_LIMIT_S), ATTNSWEEP_CONFIG_TIME_GRACE_S="10",
             ATTNSWEEP_KERNEL_REPO=str(self.kernel_repo or ""), ATTNSWEEP_CI_SAMPLES="40", ATTNSWEEP_CI_BACKEND="cpu",
             ATTNSWEEP_CI_SPEC=json.dumps({"ranges": {"seq_len_k": [1, 1024], "seq_len_q": [1, 16], "g": [1, 2]}}),
             ATTNSWEEP_KERNEL_CACHE=str(self.base / "kernel-cache"), ATTNSWEEP_KERNEL_REPO_CACHE=str(self.base / "repos"))

@@ -34,9 +34,13 @@ class ServiceStack:
 
     env: dict[str, str]
     logs: Path
+    root: Path = ROOT   # the tree whose `python -m cli` runs (a baseline revision's, to compare)
     api: Proc | None = None
     api_port: int = field(default_factory=free_port)
     workers: dict[str, Proc] = field(default_factory=dict)
+
+    def _env(self, extra: dict[str, str]) -> dict[str, str]:
+        return {**self.env, "PYTHONPATH": str(self.root), **extra}
 
     def cli(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "cli", *args]
@@ -44,8 +48,8 @@ class ServiceStack:
     def start_api(self, timeout: float = 60, **env: str) -> Proc:
         """`attnsweep serve` on api_port, returned once /healthz answers (200, or 503 while a
         dependency is down)."""
-        self.api = Proc("api", self.cli("serve", "--port", str(self.api_port)), {**self.env, **env},
-                        self.logs / "api.log", cwd=ROOT).start()
+        self.api = Proc("api", self.cli("serve", "--port", str(self.api_port)), self._env(env),
+                        self.logs / "api.log", cwd=self.root).start()
 
         def answers() -> bool:
             if not self.api.alive():
@@ -65,7 +69,7 @@ class ServiceStack:
         if concurrency is not None:
             argv += ["--concurrency", str(concurrency)]
         slug = node.replace("@", "-")
-        worker = Proc(node, argv, {**self.env, **env}, self.logs / f"worker-{slug}.log", cwd=ROOT).start()
+        worker = Proc(node, argv, self._env(env), self.logs / f"worker-{slug}.log", cwd=self.root).start()
         self.workers[node] = worker
         if wait:
             self.wait_ready(worker, ready, timeout)

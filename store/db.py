@@ -42,6 +42,14 @@ def check_writable(session: Session) -> None:
         session.rollback()
 
 
+def commit_without_flush_wait(session: Session) -> None:
+    """Commit, on PostgreSQL without waiting for the WAL to reach the disk (synchronous_commit
+    off for this transaction): for writes that a crash may lose because someone redoes them."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL synchronous_commit = off"))
+    session.commit()
+
+
 def normalize_url(url: str) -> str:
     """Accept plain postgresql:// (and postgres://) URLs and drive them through psycopg 3."""
     for plain in ("postgresql://", "postgres://"):

@@ -62,10 +62,13 @@ def create_sweep(
     draws: int,
     filtered: Mapping[str, int],
     configs: Iterable[AttentionConfig],
+    columns: Mapping[str, Any] | None = None,
 ) -> Sweep:
-    """Store a sampled sweep with its filter counts and every accepted config, queued."""
+    """Store a sampled sweep with its filter counts and every accepted config, queued.
+    `columns`: more of the sweep's columns (a service sweep's queue), in the same INSERT."""
     configs = list(configs)
     sweep = Sweep(
+        **(columns or {}),
         label=label,
         status="queued",
         seed=seed,
@@ -86,11 +89,12 @@ def create_sweep(
     return sweep
 
 
-def store_plan(session: Session, plan: "SweepPlan") -> Sweep:
-    """Store a planned sweep (sweeps.plan.plan_sweep), queued; the caller commits."""
+def store_plan(session: Session, plan: "SweepPlan", **columns: Any) -> Sweep:
+    """Store a planned sweep (sweeps.plan.plan_sweep), queued, with more of its `columns`; the
+    caller commits."""
     return create_sweep(session, request=plan.request, seed=plan.seed, backend=plan.backend, label=plan.label,
                         splitkv_budget=plan.budget.bytes, budget_source=plan.budget.source, device=plan.device,
-                        draws=plan.draws, filtered=plan.filtered, configs=plan.configs)
+                        draws=plan.draws, filtered=plan.filtered, configs=plan.configs, columns=columns)
 
 
 def record_result(session: Session, sweep_id: int, config_hash: str, row: Mapping[str, Any], worker: str | None = None,
