@@ -48,8 +48,9 @@ def export_revision(root: Path, rev: str, dest: Path) -> Path:
     return dest
 
 
-async def _client(base: str, k: int, clients: int, rounds: int, out: Latencies, body: dict, pace: float) -> None:
-    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+async def _client(base: str, headers: dict[str, str], k: int, clients: int, rounds: int, out: Latencies, body: dict,
+                  pace: float) -> None:
+    async with httpx.AsyncClient(base_url=base, timeout=60, headers=headers) as http:
         await asyncio.sleep(pace * k / max(clients, 1))   # paced clients spread over the first round
         next_at = time.perf_counter()
         for r in range(rounds):
@@ -79,7 +80,7 @@ def load(stack: ServiceStack, clients: int, rounds: int, out: Latencies, pace: f
     cpu0, t0 = cpu_seconds(stack.api.pid), time.perf_counter()
 
     async def main() -> None:
-        await asyncio.gather(*(_client(stack.url(""), k, clients, rounds, out, body, pace) for k in range(clients)))
+        await asyncio.gather(*(_client(stack.url(""), stack.headers, k, clients, rounds, out, body, pace) for k in range(clients)))
 
     asyncio.run(main())
     return time.perf_counter() - t0, cpu_seconds(stack.api.pid) - cpu0

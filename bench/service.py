@@ -43,6 +43,9 @@ from harness import ServiceStack, service_env, wait_for  # noqa: E402
 
 PG_ADMIN = os.environ.get("ATTNSWEEP_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("ATTNSWEEP_TEST_REDIS", "redis://127.0.0.1:6379/0")
+# The benchmark's own API token (the API refuses writes without one).
+API_SECRET = "bench-" + "5e7c" * 8
+AUTH = {"Authorization": f"Bearer {API_SECRET}"}
 E2E_RANGES = {"seq_len_k": [1, 512], "seq_len_q": [1, 64]}
 
 # One statement: 100 sweeps of 10,000 results each with the outcome mix of a GPU farm's nightly
@@ -124,7 +127,9 @@ class Bench:
     @staticmethod
     def _stack(url: str, prefix: str, logs: Path, root: Path) -> ServiceStack:
         return ServiceStack(service_env(url, REDIS_URL, prefix, ATTNSWEEP_HEARTBEAT_S="1",
-                                        ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20)), logs, root=root)
+                                        ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20),
+                                        ATTNSWEEP_API_TOKENS=f"bench:admin:{API_SECRET}"),
+                            logs, root=root, headers=AUTH)
 
     # --- set-up and tear-down -----------------------------------------------------------------
     def setup(self) -> None:
@@ -134,7 +139,7 @@ class Bench:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')
         upgrade(self.url)
         self.stack.start_api()
-        self.http = httpx.Client(base_url=self.stack.url(""), timeout=120)
+        self.http = httpx.Client(base_url=self.stack.url(""), timeout=120, headers=AUTH)
 
     def teardown(self) -> None:
         self.stack.stop()
@@ -184,7 +189,7 @@ class Bench:
         t_queued = time.perf_counter() - t0
         self.rows.append((f"POST /sweeps, {n:,} explicit configs: 202 / all enqueued", f"{t_answer:.2f} / {t_queued:.2f} s", "<= 2 s"))
         for sweep in self.http.get("/sweeps").json()["data"]:
-            self.http.post(f"/sweeps/{sweep['id']}/cancel")
+            self.http.post(f"/sweeps/{sweep['id']}/cancel", json={})
         r.delete(queue)
         r.close()
 

@@ -14,6 +14,8 @@ from typing import Any
 from harness import PostgresCluster, RedisServer, ServiceStack, service_env, wait_for
 
 SECRET = "drill-webhook-secret-5b1f0c"
+# The drills' own API token (the API refuses requests without one).
+API_SECRET = "drills-" + hashlib.sha256(b"attnsweep drills").hexdigest()[:32]
 LEASE_S = 30           # ATTNSWEEP_VISIBILITY_TIMEOUT_S for the drills (the minimum)
 DONE_TIMEOUT_S = 300   # the longest any drill waits for its sweep
 CONFIG_LIMIT_S = 20    # per-config time limit: far above a drill config's second, below a freeze
@@ -57,12 +59,13 @@ class DrillService:
     stack: ServiceStack = field(init=False)
 
     def __post_init__(self) -> None:
-        self.stack = ServiceStack(self.env(), self.base)
+        self.stack = ServiceStack(self.env(), self.base, headers={"authorization": f"Bearer {API_SECRET}"})
 
     def env(self) -> dict[str, str]:
         return service_env(
             self.pg.url, self.redis.url, "drill-", ATTNSWEEP_HEARTBEAT_S="2", ATTNSWEEP_VISIBILITY_TIMEOUT_S=str(LEASE_S),
             ATTNSWEEP_TASK_BATCH_SIZE="4", ATTNSWEEP_WEBHOOK_SECRET=SECRET,
+            ATTNSWEEP_API_TOKENS=f"drills:admin:{API_SECRET}",
             ATTNSWEEP_CONFIG_TIME_LIMIT_S=str(CONFIG_LIMIT_S), ATTNSWEEP_CONFIG_TIME_GRACE_S="10",
             ATTNSWEEP_KERNEL_REPO=str(self.kernel_repo or ""), ATTNSWEEP_CI_SAMPLES="40", ATTNSWEEP_CI_BACKEND="cpu",
             ATTNSWEEP_CI_SPEC=json.dumps({"ranges": {"seq_len_k": [1, 1024], "seq_len_q": [1, 16], "g": [1, 2]}}),

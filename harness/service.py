@@ -35,6 +35,7 @@ class ServiceStack:
     env: dict[str, str]
     logs: Path
     root: Path = ROOT   # the tree whose `python -m cli` runs (a baseline revision's, to compare)
+    headers: dict[str, str] = field(default_factory=dict)   # sent with every request (a bearer token)
     api: Proc | None = None
     api_port: int = field(default_factory=free_port)
     workers: dict[str, Proc] = field(default_factory=dict)
@@ -96,7 +97,7 @@ class ServiceStack:
 
     def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
                 timeout: float = 30, raw_body: bytes | None = None) -> tuple[int, Any]:
-        return http_json(method, self.url(path), body, headers, timeout, raw_body)
+        return http_json(method, self.url(path), body, {**self.headers, **(headers or {})}, timeout, raw_body)
 
     def get(self, path: str, timeout: float = 10, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         return self.request("GET", path, timeout=timeout, headers=headers)

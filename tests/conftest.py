@@ -10,6 +10,10 @@ from typing import Iterator
 import pytest
 
 PG_ADMIN = os.environ.get("ATTNSWEEP_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+# The API tests' token (the API is closed by default): an admin, so every endpoint answers.
+TEST_SECRET = "test-secret-" + "0123456789abcdef" * 2
+TEST_TOKENS = f"tests:admin:{TEST_SECRET}"
+AUTH = {"Authorization": f"Bearer {TEST_SECRET}"}
 
 
 def _admin():
