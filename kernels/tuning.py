@@ -14,7 +14,7 @@ GROUPED_MAX_ROWS = 4
 MMA_Q_SMEM_FROM = 256
 
 # Prefill's key tile and softmax exponentials by the head dims' buckets summed (qk + v), measured
-# with bench/tune_mma.py --prefill on an H100 at 4096², h32 (docs/decisions.md, "Prefill tiles
+# with tools/tune_mma.py --prefill on an H100 at 4096², h32 (docs/decisions.md, "Prefill tiles
 # and exponentials by head dim"): (summed dims up to, keys a tile, ATTN_MMA_EXP2).
 #   <= 64:  64 keys
 #   <= 128: 128 keys and ATTN_MMA_EXP2 (FlashAttention 2's one FFMA and one ex2 a score)
@@ -28,7 +28,7 @@ MMA_PREFILL_TILE_N_PAST = 32
 MMA_DECODE_ROWS = 16
 # The mma path's decode shapes by head-dim buckets (dqk + dv): keys per tile, warps splitting a
 # tile's keys, blocks per SM its register budget must allow. Measured on the H200 with
-# bench/tune_mma.py (docs/decisions.md, "The tensor-core path").
+# tools/tune_mma.py (docs/decisions.md, "The tensor-core path").
 MMA_DECODE_SHAPES = (   # (dqk + dv up to, tile_n, key_groups, min_blocks)
     (128, 128, 4, 2),
     (256, 128, 4, 2),

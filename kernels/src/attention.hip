@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(NT) attn_splitkv_fwd(
 // masks, guards and defect switches are those of attn_splitkv_fwd.
 template <typename T> struct AttnVec { static constexpr int n = 16 / (int)sizeof(T); };
 
-// Tuning knobs of the grouped path (bench/tune_grouped.py measures them; the defaults won):
+// Tuning knobs of the grouped path (tools/tune_grouped.py measures them; the defaults won):
 // blocks per SM the register budget must allow, and rows a thread loads before using them.
 #ifndef ATTN_GROUPED_MIN_BLOCKS
 #define ATTN_GROUPED_MIN_BLOCKS 3
@@ -593,7 +593,7 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 // read past L1 (__ldcg): other SMs wrote them.
 // One copy of the code for both levels (not inlined). C partials a round trip, chosen by the
 // caller per head dim (attn_splitkv_fwd_mma: COMBINE_CHUNK): on the H100's timelines
-// (bench/trace_combine.py, 2026-12-05) four made a level faster (about 9,000 cycles against
+// (2026-12-05, docs/decisions.md) four made a level faster (about 9,000 cycles against
 // 15,000-17,000 for 11-12 partials of 8 rows; (8,32,8,4096,128) 1.03x cuDNN against 0.97x, two
 // machines), but the D = 256 decode kernel, which runs at the register limit, then spilled 144
 // bytes instead of 128 and ran 1.2x slower (850 against 711 µs on (8,32,8,32768,256),
