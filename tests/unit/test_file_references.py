@@ -3,15 +3,19 @@
 A path is recognised where it starts with a top-level folder of the repository (`kernels/...`,
 `docs/...`), in every tracked text file; a Markdown link is resolved from its document's folder.
 Braces (`run{1,2}.txt`) expand and a glob (`run4-*`) must match a tracked file. A path git
-ignores names an output (screenshots, built wheels), not a file to find. Files the evidence's
+ignores names an output (screenshots, built wheels), not a file to find. A run's evidence is an
+archive, `RUN.tar.xz` in docs/evidence/ (a bare name is looked for there); `RUN.tar.xz:FILE`
+names the file RUN/FILE inside it, which must be there. Files the evidence's
 commands ran that are gone are listed, with a commit that holds each, in docs/evidence/README.md
 ("Files since removed"), and that index is the only file that may name them.
 """
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import subprocess
+import tarfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,6 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_INDEX = "docs/evidence/README.md"
+EVIDENCE = "docs/evidence"
+ARCHIVE = re.compile(r"(?<![\w.-])((?:[\w.-]+/)*[\w.-]+\.tar\.xz)(?::((?:[\w./*-]|\{[\w./*,-]*\})+))?")
 REMOVED_HEADING = "## Files since removed"
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 BRACES = re.compile(r"\{([^{}]*)\}")
@@ -62,6 +68,33 @@ def exists(path: str) -> bool:
     return path in tracked() or path in folders()
 
 
+@lru_cache(maxsize=None)
+def archive_members(path: str) -> frozenset[str]:
+    """The files and folders inside a tracked archive, each as RUN/..."""
+    with tarfile.open(ROOT / path) as tar:
+        names = [m.name.rstrip("/") for m in tar.getmembers()]
+    return frozenset(names) | frozenset(str(parent) for n in names for parent in Path(n).parents if str(parent) != ".")
+
+
+def archive_ref_missing(folder: str, archive: str, member: str | None) -> str | None:
+    """None when `archive` (a repository path, one relative to `folder`, or a name in
+    docs/evidence/) exists and holds `member` (RUN/member, braces and globs allowed); else what
+    is missing."""
+    paths = [archive, os.path.normpath(os.path.join(folder, archive)), f"{EVIDENCE}/{archive}"]
+    path = next((p for p in paths if p in tracked()), None)
+    if path is None:
+        return archive
+    if not member:
+        return None
+    run = Path(archive).name[: -len(".tar.xz")]
+    members = archive_members(path)
+    for m in expand(member.rstrip(".-")):
+        name = f"{run}/{m.rstrip('/')}"
+        if not (any(fnmatch.fnmatchcase(n, name) for n in members) if any(c in name for c in "*?[") else name in members):
+            return f"{archive}:{m}"
+    return None
+
+
 def ignored(paths: list[str]) -> set[str]:
     """The paths git ignores (outputs: test artifacts, built wheels)."""
     if not paths:
@@ -96,20 +129,26 @@ def named_paths(name: str, text: str) -> list[tuple[int, str]]:
 
 
 def missing(files: dict[str, str]) -> list[str]:
-    """`file:line: path` for each named path that is not a file or folder of the repository."""
+    """`file:line: path` for each named path that is not a file or folder of the repository, and
+    each named archive (or file in one) that is not there."""
     removed = removed_scripts()
     candidates = [(name, line, p) for name, text in files.items() for line, p in named_paths(name, text)
                   if not exists(p)]
     outputs = ignored(sorted({p for _, _, p in candidates}))
-    return [f"{name}:{line}: {p}" for name, line, p in candidates
-            if p not in outputs and not (name == EVIDENCE_INDEX and p in removed)]
+    found = [(name, line, p) for name, line, p in candidates
+             if p not in outputs and not (name == EVIDENCE_INDEX and p in removed)]
+    for name, text in files.items():
+        for number, line in enumerate(text.split("\n"), 1):
+            for m in ARCHIVE.finditer(line):
+                gone = archive_ref_missing(str(Path(name).parent), m.group(1), m.group(2))
+                if gone and not any(n == name and ln == number and gone == p for n, ln, p in found):
+                    found.append((name, number, gone))
+    return [f"{name}:{line}: {p}" for name, line, p in found]
 
 
 def text_files() -> dict[str, str]:
     files = {}
     for name in sorted(tracked()):
-        if name.startswith("docs/evidence/") and name != EVIDENCE_INDEX:
-            continue   # what a run printed is a record, not a reference
         if ROOT / name == Path(__file__).resolve():
             continue   # its examples of stale paths are meant to be missing
         try:
@@ -135,6 +174,14 @@ def test_a_stale_path_a_broken_link_and_an_empty_glob_are_found():
         "docs/example.md:1: docs/gone.md",
         "tools/example.py:1: kernels/src/missing.h",
     ]
+
+
+def test_a_file_named_inside_a_run_archive_must_be_in_it():
+    run = sorted(p for p in tracked() if p.startswith(f"{EVIDENCE}/") and p.endswith(".tar.xz"))[0]
+    name = Path(run).name
+    first = sorted(m for m in archive_members(run) if "/" in m)[0].split("/", 1)[1]
+    files = {"docs/example.md": f"See {name}:{first}, {run}, {name}:no-such-file.txt and gone-run.tar.xz.\n"}
+    assert missing(files) == [f"docs/example.md:1: {name}:no-such-file.txt", "docs/example.md:1: gone-run.tar.xz"]
 
 
 def test_an_ignored_output_is_no_reference():
