@@ -206,7 +206,7 @@ def plan_ci_bisections(url: str, sweep_id: int, settings: Settings,
     """The bisections a finished CI push sweep is owed (Bisection columns), `error` ones when the
     repository cannot be read here; empty when it is owed none (see the module docstring).
     `clusters`: the triage's (Cluster.to_dict(), largest first), None when the triage failed."""
-    from ci.status import before_sweep, failing_hashes, failing_runs
+    from store.ci import before_sweep, failing_hashes, failing_runs
     from kernelsrc.git import KernelRepoError, first_parent_commits
 
     if settings.ci_bisect_clusters == 0:
