@@ -13,11 +13,10 @@ from typing import Any, Iterable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
 
 from api.schemas.common import jsonable
 from attnconfig import ConfigError
-from store.db import is_unreachable
+from store.db import DatabaseError, is_unreachable
 
 # Seconds a client is told to wait when the database cannot be reached (Retry-After).
 RETRY_AFTER_S = 5
@@ -94,8 +93,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _problem(_request: Request, exc: ProblemError) -> JSONResponse:
         return SafeJSONResponse(problems_body(exc.problems), status_code=exc.status_code)
 
-    @app.exception_handler(SQLAlchemyError)
-    async def _database(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
+    @app.exception_handler(DatabaseError)
+    async def _database(_request: Request, exc: DatabaseError) -> JSONResponse:
         # The database is down or unreachable: 503 and when to try again, not a 500. Any other
         # database error is a bug and stays a 500.
         if not is_unreachable(exc):

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from celery import Celery
-from sqlalchemy.orm import Session
 
 from settings import Settings
+from store.db import Session
 from store import bisections as stored
 from workers.app import queue_kind
 from workers.publish import publish_background

@@ -13,9 +13,9 @@ import time
 from typing import Callable
 
 from fastapi import APIRouter, Request, Response, status
-from sqlalchemy import text
 
 from api.schemas.health import Health
+from store.db import ping
 from store.migrate import is_current
 from workers.app import redis_client
 
@@ -27,7 +27,7 @@ HEALTH_DEADLINE_S = 1.5  # both checks together; the answer goes out well within
 def _database(request: Request) -> str:
     settings = request.app.state.settings
     with request.app.state.sessions() as session:
-        session.execute(text("SELECT 1"))
+        ping(session)
     if not is_current(settings.database_url):
         return "schema is behind: run `attnsweep db upgrade`"
     return "ok"
