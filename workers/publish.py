@@ -14,7 +14,7 @@ from store import bisections, clusters
 
 if TYPE_CHECKING:
     from celery import Celery
-    from sqlalchemy.orm import Session
+    from store.db import Session
 
 log = logging.getLogger(__name__)
 
