@@ -23,11 +23,13 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/venv/bin:$PATH
 
 # Python from the base when it has one with venv, else from the distribution; git reads a
-# kernel repository's commits for CI sweeps. A base that has all of them needs no apt mirror.
+# kernel repository's commits for CI sweeps; bubblewrap confines the build and run of a fetched
+# commit's kernels (docs/security.md). A base that has all of them needs no apt mirror.
 RUN --mount=type=secret,id=ca_bundle,required=false \
     set -eu; \
     pkgs=""; \
     command -v git >/dev/null || pkgs="$pkgs git"; \
+    command -v bwrap >/dev/null || pkgs="$pkgs bubblewrap"; \
     [ -s /etc/ssl/certs/ca-certificates.crt ] || pkgs="$pkgs ca-certificates"; \
     python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs="$pkgs python3 python3-venv"; \
     if [ -n "$pkgs" ]; then \
@@ -59,6 +61,7 @@ COPY store/ store/
 COPY migrations/ migrations/
 COPY workers/ workers/
 COPY kernelsrc/ kernelsrc/
+COPY isolation/ isolation/
 COPY triage/ triage/
 COPY ci/ ci/
 COPY submit/ submit/

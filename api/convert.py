@@ -31,6 +31,7 @@ def sweep_public(sweep: Sweep, counts: dict[str, Any]) -> SweepPublic:
         device=sweep.device, configs_total=counts["configs_total"], configs_done=counts["configs_done"],
         outcomes=counts["outcomes"], not_applicable_reasons=counts["not_applicable_reasons"], filtered=counts["filtered"],
         draws=sweep.draws, splitkv_budget=sweep.splitkv_budget, budget_source=sweep.budget_source, rerun_of=sweep.rerun_of,
+        submitted_by=sweep.submitted_by,
         error=sweep.error, created_at=utc(sweep.created_at), started_at=started, finished_at=utc(sweep.finished_at),
         throughput=throughput, request=sweep.request,
     )

@@ -1,12 +1,10 @@
-"""Dependencies as Annotated aliases: the settings, a database session, the Celery app, write access."""
+"""Dependencies as Annotated aliases: the settings, a database session, the Celery app (access: api/auth.py)."""
 from __future__ import annotations
 
-import hmac
 from typing import Annotated, Iterator
 
 from celery import Celery
 from fastapi import Depends, HTTPException, Path, Query, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.errors import ProblemError
@@ -38,9 +36,6 @@ def check_text_params(request: Request) -> None:
     if problems:
         raise ProblemError(problems)
 
-bearer = HTTPBearer(auto_error=False, description="a token of ATTNSWEEP_API_TOKENS; writes are open when it is unset")
-
-
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
@@ -69,23 +64,6 @@ def get_celery(request: Request) -> Celery:
 
 
 CeleryDep = Annotated[Celery, Depends(get_celery)]
-
-
-def require_writer(settings: SettingsDep,
-                   credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
-    """POST endpoints: 401 without a bearer token, 403 with one that is not in ATTNSWEEP_API_TOKENS."""
-    tokens = settings.tokens
-    if not tokens:
-        return
-    if credentials is None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "a bearer token is required for writes",
-                            headers={"WWW-Authenticate": "Bearer"})
-    given = credentials.credentials.encode()
-    if not any(hmac.compare_digest(given, t.encode()) for t in tokens):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "the bearer token is not valid")
-
-
-WriteAccess = Annotated[None, Depends(require_writer)]
 
 
 def get_telemetry(request: Request):  # noqa: ANN201

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas.common import jsonable
 from attnconfig import ConfigError
@@ -84,14 +86,26 @@ def problems_body(problems: list[tuple[str, str]]) -> dict[str, Any]:
     return {"detail": [{"field": f, "rule": r} for f, r in problems]}
 
 
+def _scrubbed(request: Request, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    scrub = request.app.state.settings.scrub
+    return [(scrub(f), scrub(r)) for f, r in problems]
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    """Every error body goes through the settings' scrub (settings/secrets.py): a message may quote
+    a URL with its credentials (git's, a driver's) or echo a secret a client sent."""
     @app.exception_handler(RequestValidationError)
-    async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return SafeJSONResponse(problems_body(request_problems(exc.errors())), status_code=422)
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return SafeJSONResponse(problems_body(_scrubbed(request, request_problems(exc.errors()))), status_code=422)
 
     @app.exception_handler(ProblemError)
-    async def _problem(_request: Request, exc: ProblemError) -> JSONResponse:
-        return SafeJSONResponse(problems_body(exc.problems), status_code=exc.status_code)
+    async def _problem(request: Request, exc: ProblemError) -> JSONResponse:
+        return SafeJSONResponse(problems_body(_scrubbed(request, exc.problems)), status_code=exc.status_code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = request.app.state.settings.scrub(exc.detail) if isinstance(exc.detail, str) else exc.detail
+        return SafeJSONResponse({"detail": detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(DatabaseError)
     async def _database(_request: Request, exc: DatabaseError) -> JSONResponse:
@@ -108,8 +122,39 @@ def database_unavailable() -> JSONResponse:
                             status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
+# JSON nested deeper than this is refused (422) before it is parsed: Python's parser recurses per
+# level and a body of 100,000 brackets would end in RecursionError. No request this API takes
+# (a sweep, a bisection, a code host's event) nests a tenth as deep.
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(body: bytes) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings not counted)."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKET)
+    depth = deepest = 0
+    for c in brackets:
+        depth += 1 if c in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def json_problem(body: bytes) -> str | None:
+    """Why a JSON body is refused before it is parsed: not UTF-8 (RFC 8259's encoding of JSON
+    between systems), or nested deeper than MAX_JSON_DEPTH. None: the parser may have it."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid JSON: not UTF-8 text (byte {exc.start} is 0x{body[exc.start]:02x})"
+    if json_depth(body) > MAX_JSON_DEPTH:
+        return f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+    return None
+
+
 class BodyLimit:
-    """ASGI middleware: a request body over `max_bytes` is refused with 413 before any handler runs.
+    """ASGI middleware: a request body over `max_bytes` is refused with 413 before any handler runs,
+    and a JSON body nested deeper than MAX_JSON_DEPTH with 422.
 
     The body is read here (declared length first, then the bytes really sent) and replayed to
     the application, so a chunked upload cannot slip past the limit either.
@@ -141,6 +186,11 @@ class BodyLimit:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
+        kind = dict(scope.get("headers") or []).get(b"content-type", b"")
+        problem = json_problem(body) if b"json" in kind.lower() else None
+        if problem is not None:
+            await SafeJSONResponse(problems_body([("body", problem)]), status_code=422)(scope, receive, send)
+            return
         replayed = False
 
         async def replay() -> dict:

@@ -50,13 +50,15 @@ def accepted(done: Submission) -> SweepAccepted:
 
 def submit_sweep(session: Session, celery: Celery, settings: Settings, body: SweepCreate, *,
                  configs: list[AttentionConfig] | None = None, rerun_of: int | None = None,
-                 extra_request: dict[str, Any] | None = None, idempotency_key: str | None = None) -> SweepAccepted:
+                 extra_request: dict[str, Any] | None = None, idempotency_key: str | None = None,
+                 submitted_by: str | None = None) -> SweepAccepted:
     key = check_idempotency_key(idempotency_key)
     try:
         done = submit_use_case(session, celery, settings, body.spec(),
                                configs=configs if configs is not None else body.configs, defects=body.defects,
                                sanitize=(body.sanitize, body.sanitize_share) if body.sanitize else None,
-                               rerun_of=rerun_of, extra_request=extra_request, idempotency_key=key)
+                               rerun_of=rerun_of, extra_request=extra_request, idempotency_key=key,
+                               submitted_by=submitted_by)
     except SubmitError as exc:
         raise problem_of(exc) from None
     return accepted(done)

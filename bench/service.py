@@ -38,6 +38,8 @@ import redis  # noqa: E402
 
 PG_ADMIN = os.environ.get("ATTNSWEEP_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("ATTNSWEEP_TEST_REDIS", "redis://127.0.0.1:6379/0")
+# The benchmark's own API token (the API refuses writes without one).
+API_SECRET = "bench-" + "5e7c" * 8
 E2E_RANGES = {"seq_len_k": [1, 512], "seq_len_q": [1, 64]}
 
 # One statement: 100 sweeps of 10,000 results each with the outcome mix of a GPU farm's nightly
@@ -134,6 +136,7 @@ class Bench:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSWEEP_")}
         env.update(ATTNSWEEP_DATABASE_URL=self.url, ATTNSWEEP_BROKER_URL=REDIS_URL, ATTNSWEEP_QUEUE_PREFIX=self.prefix,
                    ATTNSWEEP_HEARTBEAT_S="1", ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20), PYTHONPATH=str(ROOT),
+                   ATTNSWEEP_API_TOKENS=f"bench:admin:{API_SECRET}",
                    OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         return env
 
@@ -162,7 +165,8 @@ class Bench:
         upgrade(self.url)
         self.port = free_port()
         self.spawn("api", "serve", "--port", str(self.port))
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120,
+                                 headers={"Authorization": f"Bearer {API_SECRET}"})
 
         def up() -> bool:
             try:
@@ -216,7 +220,7 @@ class Bench:
         t_queued = time.perf_counter() - t0
         self.rows.append((f"POST /sweeps, {n:,} explicit configs: 202 / all enqueued", f"{t_answer:.2f} / {t_queued:.2f} s", "<= 2 s"))
         for sweep in self.http.get("/sweeps").json()["data"]:
-            self.http.post(f"/sweeps/{sweep['id']}/cancel")
+            self.http.post(f"/sweeps/{sweep['id']}/cancel", json={})
         r.delete(queue)
         r.close()
 

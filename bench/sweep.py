@@ -13,7 +13,12 @@ result row per config in the database):
    cache and no in-process reuse, every config compiles its variant;
 3. with --baseline-env VAR=VALUE: the warm sweep with those variables set (what a change
    replaced, switched by a variable its code reads), then the warm sweep
-   once more, and the ratios of the two warm runs' mean to the baseline.
+   once more, and the ratios of the two warm runs' mean to the baseline;
+4. with --confined: the warm sweep once more with the shipped kernels/src as a source bundle
+   (plus a comment, so it is not the shipped source): every config's kernel is compiled and run
+   in a confined process (isolation/, docs/security.md), as a CI sweep of a fetched commit's
+   are; then the ratio of its throughput and of each phase to the warm run's: the cost of the
+   confinement.
 
 For each it prints configs/s, and where the worker time goes: compile, inputs, run (the
 backend's launch call: transfers + kernel; on cpu the emulation), of it the kernel's event
@@ -38,7 +43,10 @@ if __name__ == "__main__" and __package__ in (None, ""):
 
 import numpy as np
 
+from isolation.confined import backend_for
 from kernels import get_backend
+from kernels.source import SRC_DIR, KernelSource, local_source
+from store.bundles import save_bundle
 from store.db import session_scope
 from store.migrate import upgrade
 from store import repo
@@ -65,9 +73,10 @@ def _cores() -> int:
 _warm_backend = None
 
 
-def _prewarm_init(backend_name: str) -> None:
+def _prewarm_init(backend_name: str, source: KernelSource | None = None) -> None:
     global _warm_backend
-    _warm_backend = get_backend(backend_name)  # one device context per process, not per variant
+    # One device context per process, not per variant; a bundle's, confined.
+    _warm_backend = backend_for(backend_name, source=source)
 
 
 def _prewarm_one(config: dict) -> float:
@@ -81,7 +90,7 @@ def _prewarm_one(config: dict) -> float:
         return 0.0
 
 
-def prewarm(db_url: str, sweep_id: int, backend_name: str, jobs: int) -> dict:
+def prewarm(db_url: str, sweep_id: int, backend_name: str, jobs: int, source: KernelSource | None = None) -> dict:
     """Compile every variant of the sweep into the cache: one config per variant name."""
     import multiprocessing as mp
 
@@ -106,22 +115,25 @@ def prewarm(db_url: str, sweep_id: int, backend_name: str, jobs: int) -> dict:
     work = list(by_variant.values())
     if jobs > 1 and len(work) > 1:
         with mp.get_context("spawn").Pool(min(jobs, len(work)), initializer=_prewarm_init,
-                                          initargs=(backend_name,)) as pool:
+                                          initargs=(backend_name, source)) as pool:
             compile_s = sum(pool.map(_prewarm_one, work, chunksize=1))
     else:
-        _prewarm_init(backend_name)
+        _prewarm_init(backend_name, source)
         compile_s = sum(map(_prewarm_one, work))
         _warm_backend.close()
     return {"variants": len(work), "wall_s": time.perf_counter() - t0, "compile_s": compile_s}
 
 
 def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_memory: int | None,
-             env: dict[str, str], warm_first: bool) -> dict:
+             env: dict[str, str], warm_first: bool, source: KernelSource | None = None) -> dict:
     """One sweep of `spec`; `env` is set while it runs (the pool's processes take the parent's
-    environment of the moment)."""
+    environment of the moment). With `source`, the sweep tests that bundle (run confined)."""
     with session_scope(db_url) as s:
-        sweep_id = repo.store_plan(s, plan_sweep(spec, device_total_memory=total_memory)).id
-    warmup = prewarm(db_url, sweep_id, backend_name, jobs) if warm_first else None
+        sweep = repo.store_plan(s, plan_sweep(spec, device_total_memory=total_memory))
+        if source is not None:
+            sweep.source_hash = save_bundle(s, source)
+        sweep_id = sweep.id
+    warmup = prewarm(db_url, sweep_id, backend_name, jobs, source) if warm_first else None
     results: list[ConfigResult] = []
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
@@ -296,6 +308,14 @@ def print_run(name: str, summary: dict) -> None:
               f" {row['reference_s_mean']:8.4f} {row['verify_s_mean']:8.4f}")
 
 
+def unshipped_copy() -> KernelSource:
+    """The shipped kernels/src (host_emu.h included, as a commit's bundle has it) with a comment
+    added: the same kernels, but a source that did not ship, so it runs confined."""
+    files = {**local_source().files, "host_emu.h": (SRC_DIR / "host_emu.h").read_text()}
+    files["attention.hip"] += "\n// bench/sweep.py --confined: a copy that runs confined\n"
+    return KernelSource.from_files(files)
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     name, eq, value = text.partition("=")
     if not eq or not name:
@@ -315,6 +335,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--baseline-env", action="append", default=[], metavar="VAR=VALUE", type=_env_pair,
                         help="also run the warm sweep with these variables set (repeatable) and print "
                              "the ratio: a change measured against what it replaced in one run")
+    parser.add_argument("--confined", action="store_true",
+                        help="also run the warm sweep with every kernel confined, as a fetched commit's, and print "
+                             "the ratio to the warm run: the confinement's cost")
     parser.add_argument("--out", type=Path, default=Path("sweep-bench.json"))
     args = parser.parse_args(argv)
     baseline_env = dict(args.baseline_env)
@@ -353,6 +376,14 @@ def main(argv: list[str] | None = None) -> dict:
         summary["ab"] = ab = compare_runs([summary["warm"], summary["warm_again"]], summary["baseline"])
         print(f"\nwarm / baseline ({label}), the two warm runs' mean: {ab['throughput']:.2f}x throughput; "
               f"worker seconds per config {ab['worker_s']:.3f} vs {ab['baseline_worker_s']:.3f}; by phase "
+              + ", ".join(f"{p} {r:.2f}x" for p, r in ab["phase_speedup"].items()))
+    if args.confined:
+        summary["confined"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, {}, warm_first=True,
+                                       source=unshipped_copy())
+        print_run("warm compile cache, every kernel confined", summary["confined"])
+        summary["confined_ab"] = ab = compare_runs([summary["confined"]], summary["warm"])
+        print(f"\nconfined / warm: {ab['throughput']:.3f}x throughput ({1 - ab['throughput']:+.1%} cost); worker "
+              f"seconds per config {ab['worker_s']:.4f} vs {ab['baseline_worker_s']:.4f}; by phase, warm / confined: "
               + ", ".join(f"{p} {r:.2f}x" for p, r in ab["phase_speedup"].items()))
     if not args.skip_cold:
         summary["cold"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory,

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from attnconfig.config import INT4_MAX, storable_str, validation_problems
 
 SHA = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$"
+# owner/name as code hosts spell them; the status URL is built from it, so no other character.
+FULL_NAME = r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"
 ZERO_SHA = "0" * 40
 SWEPT_ACTIONS = ("opened", "synchronize", "reopened")
 BRANCH_PREFIX = "refs/heads/"
@@ -32,7 +34,24 @@ class _Model(BaseModel):
 
 
 class _Repository(_Model):
-    full_name: storable_str(200, 1)  # type: ignore[valid-type]
+    full_name: str = Field(max_length=200, pattern=FULL_NAME)
+
+    @field_validator("full_name")
+    @classmethod
+    def _no_dot_segment(cls, v: str) -> str:
+        if any(part in (".", "..") for part in v.split("/")):
+            raise ValueError("full_name must be owner/name, neither of them . or ..")
+        return v
+
+
+class _HeadRepository(_Repository):
+    """A pull request's head repository: the fork it comes from, or the base repository itself.
+    Where its code can be fetched from (clone_url and the rest) is what a trusted fork is named by."""
+
+    clone_url: str | None = Field(default=None, max_length=1000)
+    html_url: str | None = Field(default=None, max_length=1000)
+    ssh_url: str | None = Field(default=None, max_length=1000)
+    git_url: str | None = Field(default=None, max_length=1000)
 
 
 class _Push(_Model):
@@ -46,6 +65,8 @@ class _Push(_Model):
 class _Side(_Model):
     ref: storable_str(200, 1)  # type: ignore[valid-type]
     sha: str = Field(pattern=SHA)
+    # Absent for a fork that was deleted; GitHub sends it otherwise.
+    repo: _HeadRepository | None = None
 
 
 class _PullRequest(_Model):
@@ -73,6 +94,10 @@ class CiEvent:
     # A push: the branch's commit before it (None for a new branch), where a bisection of the
     # commits it brought starts.
     before: str | None = None
+    # A pull request from a fork: the head repository's owner/name and the URLs of its code
+    # (None, (): the head is in the base repository).
+    fork: str | None = None
+    fork_urls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +134,11 @@ def parse_event(name: str, payload: Any) -> CiEvent | Ignored:
             return Ignored(f"pull_request action {action!r}: only {', '.join(SWEPT_ACTIONS)} are swept")
         pr = _validate(_PullRequestEvent, payload)
         head = pr.pull_request.head
+        fork, urls = None, ()
+        if head.repo is None or head.repo.full_name.lower() != pr.repository.full_name.lower():
+            fork = head.repo.full_name if head.repo is not None else "(deleted)"
+            if head.repo is not None:
+                urls = tuple(u for u in (head.repo.clone_url, head.repo.html_url, head.repo.ssh_url, head.repo.git_url) if u)
         return CiEvent("pull_request", pr.repository.full_name, _branch(head.ref), head.sha,
-                       base_ref=_branch(pr.pull_request.base.ref), pr_number=pr.number)
+                       base_ref=_branch(pr.pull_request.base.ref), pr_number=pr.number, fork=fork, fork_urls=urls)
     return Ignored(f"event {name!r} is not swept (push and pull_request are)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import urllib.error
 import urllib.request
 from typing import Any
@@ -27,6 +28,10 @@ log = logging.getLogger(__name__)
 STATES = {"pending": "pending", "pass": "success", "fail": "failure", "error": "error"}
 TIMEOUT_S = 5.0
 MAX_DESCRIPTION = 140  # GitHub refuses longer descriptions
+_FULL_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+# owner/name at the end of a repository URL: https://host/owner/name(.git), git@host:owner/name(.git).
+_URL_PATH = re.compile(r"^(?:[a-z+]+://[^/]+/|[\w.-]+@[\w.-]+:)(?P<owner>[A-Za-z0-9_.-]+)/(?P<name>[A-Za-z0-9_.-]+?)"
+                       r"(?:\.git)?/?$")
 
 
 def describe(status: dict[str, Any]) -> str:
@@ -50,6 +55,37 @@ def status_body(settings: Settings, session: Session, sweep: Sweep) -> dict[str,
     return body
 
 
+def deployment_repository(settings: Settings) -> str | None:
+    """owner/name of the repository this deployment sweeps: ATTNSWEEP_STATUS_REPOSITORY, else the
+    path of ATTNSWEEP_KERNEL_REPO's URL (https://host/owner/name.git, git@host:owner/name.git);
+    None where neither names one (a local kernel repository)."""
+    if settings.status_repository:
+        return settings.status_repository
+    match = _URL_PATH.match(settings.kernel_repo.strip())
+    return f"{match.group('owner')}/{match.group('name')}" if match else None
+
+
+def status_url(settings: Settings, repository: str, sha: str) -> str:
+    """Where a commit's status goes: the deployment's repository where it names one, else the
+    event's `repository`, which ci.events has checked is a plain owner/name."""
+    target = deployment_repository(settings) or repository
+    if not _FULL_NAME.match(target) or any(p in (".", "..") for p in target.split("/")):
+        raise ValueError(f"{target!r} is not owner/name")
+    return f"{settings.status_api.rstrip('/')}/repos/{quote(target, safe='/')}/statuses/{quote(sha, safe='')}"
+
+
+def _post(settings: Settings, url: str, body: dict[str, Any], what: str) -> bool:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+        "Authorization": f"Bearer {settings.status_token}", "Accept": "application/vnd.github+json",
+        "Content-Type": "application/json", "User-Agent": "attnsweep"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, OSError) as exc:
+        log.warning("commit status of %s (%s) not posted: %s", what, body["state"], exc)
+        return False
+
+
 def post_status(settings: Settings, session: Session, sweep_id: int) -> bool:
     """Post the CI sweep's status; False when off, not a CI sweep, or the forge did not take it."""
     if not settings.status_token:
@@ -58,16 +94,15 @@ def post_status(settings: Settings, session: Session, sweep_id: int) -> bool:
     if sweep is None or not sweep.repository or not sweep.commit_sha:
         return False
     body = status_body(settings, session, sweep)
-    url = f"{settings.status_api.rstrip('/')}/repos/{quote(sweep.repository, safe='/')}/statuses/{sweep.commit_sha}"
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
-        "Authorization": f"Bearer {settings.status_token}", "Accept": "application/vnd.github+json",
-        "Content-Type": "application/json", "User-Agent": "attnsweep"})
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return 200 <= response.status < 300
-    except (urllib.error.URLError, OSError) as exc:
-        log.warning("commit status of sweep %s (%s) not posted: %s", sweep_id, body["state"], exc)
+    return _post(settings, status_url(settings, sweep.repository, sweep.commit_sha), body, f"sweep {sweep_id}")
+
+
+def post_not_swept(settings: Settings, repository: str, sha: str, reason: str) -> bool:
+    """Post `error` with `reason` for a commit that is not swept (a fork's pull request not trusted)."""
+    if not settings.status_token:
         return False
+    body = {"state": "error", "description": reason[:MAX_DESCRIPTION], "context": settings.status_context}
+    return _post(settings, status_url(settings, repository, sha), body, f"commit {sha[:12]}")
 
 
 def sweep_ended(sweep_id: int, url: str | None = None) -> None:

@@ -465,7 +465,8 @@ def submit(
             fail("the database is not at the newest schema revision: run `attnsweep db upgrade` first")
         with session_factory(settings.database_url)() as session:
             done: SweepAccepted = accepted(submit_sweep(session, create_celery(settings), settings, spec,
-                                                        defects=options.defects, idempotency_key=key))
+                                                        defects=options.defects, idempotency_key=key,
+                                                        submitted_by="cli"))
     except SubmitError as exc:
         fail(str(problem_of(exc)))
     except ProblemError as exc:

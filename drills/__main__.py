@@ -43,6 +43,8 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 SECRET = "drill-webhook-secret-5b1f0c"
+# The drills' own API token (the API refuses writes without one).
+API_SECRET = "drills-" + hashlib.sha256(b"attnsweep drills").hexdigest()[:32]
 LEASE_S = 30           # ATTNSWEEP_VISIBILITY_TIMEOUT_S for the drills (the minimum)
 DONE_TIMEOUT_S = 300   # the longest any drill waits for its sweep
 # Small configs: a few tenths of a second of numpy each on one core.
@@ -219,6 +221,7 @@ class Service:
             ATTNSWEEP_DATABASE_URL=self.pg.url, ATTNSWEEP_BROKER_URL=self.redis.url, ATTNSWEEP_QUEUE_PREFIX="drill-",
             ATTNSWEEP_HEARTBEAT_S="2", ATTNSWEEP_VISIBILITY_TIMEOUT_S=str(LEASE_S), ATTNSWEEP_TASK_BATCH_SIZE="4",
             ATTNSWEEP_WEBHOOK_SECRET=SECRET, ATTNSWEEP_KERNEL_REPO=str(self.kernel_repo or ""),
+            ATTNSWEEP_API_TOKENS=f"drills:admin:{API_SECRET}",
             ATTNSWEEP_CI_SAMPLES="40", ATTNSWEEP_CI_BACKEND="cpu",
             ATTNSWEEP_CI_SPEC=json.dumps({"ranges": {"seq_len_k": [1, 1024], "seq_len_q": [1, 16], "g": [1, 2]}}),
             ATTNSWEEP_KERNEL_CACHE=str(self.base / "kernel-cache"), ATTNSWEEP_KERNEL_REPO_CACHE=str(self.base / "repos"),
@@ -256,7 +259,8 @@ class Service:
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
                 timeout: float = 30) -> tuple[int, Any]:
         req = urllib.request.Request(f"http://127.0.0.1:{self.api_port}{path}", data=body, method=method,
-                                     headers={"content-type": "application/json", **(headers or {})})
+                                     headers={"content-type": "application/json",
+                                              "authorization": f"Bearer {API_SECRET}", **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()

@@ -33,6 +33,16 @@ class LaunchError(Exception):
         super().__init__(message)
 
 
+class ConfinementError(Exception):
+    """Code that did not ship, run confined (isolation/), did not give an answer: the confinement
+    killed or refused it (a limit, a forbidden call), its process died, or it answered with
+    something malformed. The config's outcome is `error`, its detail "confined run: <reason>"."""
+
+
+class ConfinementTimeout(ConfinementError):
+    """The confined run passed its time limit and its process was killed: the config's `timeout`."""
+
+
 class DeviceOutOfMemory(Exception):
     """An allocation on the device failed."""
 

@@ -5,6 +5,8 @@ nothing of the project, so every layer may import it. Values are read when get_s
 first called, never at import."""
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -12,21 +14,80 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from settings.secrets import scrub_text
+
 DEFAULT_SQLITE = "sqlite:///attnsweep.db"
 # What a triage run on a GPU may take past its time limit: the 5 s before its child process is
 # killed (triage.child.GRACE_S) and a new process's start (imports, context, compile).
 TRIAGE_RUN_OVERRUN_S = 15.0
 # Values copied from an example file and never changed: refused wherever a secret is read.
 PLACEHOLDER_SECRETS = frozenset({"changethis", "changeme", "change-me", "secret", "password", "token", "example", "xxx"})
+# API token scopes, each including those after it: an admin token may submit and read.
+SCOPES = ("admin", "submit", "read")
+# A bearer token shorter than this is guessable by brute force over the network; refused at start.
+MIN_TOKEN_CHARS = 32
+_TOKEN_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """One entry of ATTNSWEEP_API_TOKENS: `name:scope:secret`. The name is what the store records
+    as a sweep's or bisection's submitter; the secret never leaves the settings."""
+
+    name: str
+    scope: str
+    secret: str
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        return frozenset(SCOPES[SCOPES.index(self.scope):])
+
+
+def parse_tokens(text: str) -> tuple[ApiToken, ...]:
+    """ATTNSWEEP_API_TOKENS: comma-separated `name:scope:secret` entries (scope: admin, submit or
+    read). ValueError naming the entry (by position and name, never its secret) and the rule."""
+    tokens: list[ApiToken] = []
+    for i, entry in enumerate(e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        parts = entry.split(":", 2)
+        if len(parts) != 3:
+            raise ValueError(f"api_tokens: entry {i + 1} is not name:scope:secret (scope one of {', '.join(SCOPES)})")
+        name, scope, secret = parts
+        if not _TOKEN_NAME.match(name):
+            raise ValueError(f"api_tokens: entry {i + 1}: the name must be 1 to 64 letters, digits or _ . @ -")
+        if scope not in SCOPES:
+            raise ValueError(f"api_tokens: token {name!r}: scope {scope!r} is not one of {', '.join(SCOPES)}")
+        if secret.lower() in PLACEHOLDER_SECRETS:
+            raise ValueError(f"api_tokens: token {name!r} is a placeholder; set a real secret")
+        if len(secret) < MIN_TOKEN_CHARS:
+            raise ValueError(f"api_tokens: token {name!r} has {len(secret)} characters; at least {MIN_TOKEN_CHARS} "
+                             "are needed (python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        if any(t.name == name for t in tokens):
+            raise ValueError(f"api_tokens: the name {name!r} is used twice; each token needs a name of its own")
+        if any(t.secret == secret for t in tokens):
+            raise ValueError(f"api_tokens: token {name!r} has the secret of another token")
+        tokens.append(ApiToken(name, scope, secret))
+    return tuple(tokens)
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ATTNSWEEP_", extra="ignore")
+    # hide_input_in_errors: a setting that does not validate is named with its rule, never
+    # echoed (it may be a secret).
+    model_config = SettingsConfigDict(env_prefix="ATTNSWEEP_", extra="ignore", hide_input_in_errors=True)
 
     database_url: str = DEFAULT_SQLITE
     broker_url: str = "redis://127.0.0.1:6379/0"
-    # Comma-separated bearer tokens for POST endpoints; empty means writes are open.
+    # "on": every write needs a bearer token of api_tokens with its scope (and every read too when
+    # read_auth is on). "off" opens every endpoint to whoever reaches the API, for a laptop; the
+    # API logs it at start and the dashboard shows it.
+    auth: Literal["on", "off"] = "on"
+    # Comma-separated `name:scope:secret` bearer tokens (settings.parse_tokens); scope is admin,
+    # submit or read.
     api_tokens: str = ""
+    # Reads (results, workers, metrics, the dashboard's data) need a token of scope read too;
+    # /healthz, the dashboard's page shells and the API's docs stay open.
+    read_auth: bool = False
     config_time_limit_s: float = 120.0
     # Seconds between the plain progress lines `attnsweep run` writes when stderr is not a
     # terminal (cli/progress.py); a terminal gets a live bar instead.
@@ -51,6 +112,25 @@ class Settings(BaseSettings):
     # rows, 4,096 keys, D = 128) takes about 38 s on 2 cores, a rowwise one 7 s.
     hostemu_max_work: int = Field(default=5 * 10**7, ge=1)
     hostemu_max_blocks: int = Field(default=100_000, ge=1)
+
+    # --- confinement of code that did not ship (isolation/, docs/security.md) -------------------
+    # The unprivileged uid and gid a confined process runs as when the service runs as root (a
+    # uid no other process uses; it needs no entry in /etc/passwd).
+    sandbox_uid: int = Field(default=61000, ge=1, le=2**31 - 1)
+    sandbox_gid: int = Field(default=61000, ge=1, le=2**31 - 1)
+    # bubblewrap's path; empty: `bwrap` on the PATH.
+    bwrap: str = ""
+    # Limits of one confined process (rlimits): CPU seconds over its life, memory (its address
+    # space; its data segment where a GPU driver reserves address space it never backs), the
+    # largest file it may write, and the processes and threads the sandbox uid may run at once,
+    # all confined processes of the host together (hostemu runs a thread per emulated GPU
+    # thread: up to 1,024 a launch).
+    sandbox_cpu_s: int = Field(default=3600, ge=1)
+    sandbox_memory_bytes: int = Field(default=8 << 30, ge=256 << 20)
+    sandbox_file_bytes: int = Field(default=1 << 30, ge=1 << 20)
+    sandbox_processes: int = Field(default=4096, ge=8)
+    # The size of its private /tmp (a tmpfs in memory).
+    sandbox_tmp_bytes: int = Field(default=2 << 30, ge=16 << 20)
 
     # --- service (API and workers) ---------------------------------------------------------
     # Seconds a new PostgreSQL connection may take before the request is answered 503 or the
@@ -99,6 +179,13 @@ class Settings(BaseSettings):
     # --- CI integration (POST /webhooks/ci, GET /ci/...) -------------------------------------
     # Where CI sweeps read kernels/src at the pushed commit: a git URL or a local path.
     kernel_repo: str = ""
+    # Every other repository whose source may be fetched and built (POST /bisect, a pull request
+    # from a fork): comma-separated exact URLs or paths. kernel_repo is always trusted; anything
+    # else is refused before a connection is made.
+    kernel_repositories: str = ""
+    # owner/name of the repository commit statuses are posted to; empty: kernel_repo's URL path
+    # (https://host/owner/name.git), else the event's own validated full_name.
+    status_repository: str = Field(default="", pattern=r"^$|^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
     # Mirrors of a URL kernel_repo (a local path is read in place).
     kernel_repo_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "repos")
     # HMAC-SHA256 key of X-Hub-Signature-256; unset means the webhook refuses every delivery.
@@ -131,10 +218,8 @@ class Settings(BaseSettings):
 
     @field_validator("api_tokens")
     @classmethod
-    def _no_placeholder_tokens(cls, v: str) -> str:
-        bad = [t for t in (t.strip() for t in v.split(",")) if t.lower() in PLACEHOLDER_SECRETS]
-        if bad:
-            raise ValueError(f"api_tokens: {bad[0]!r} is a placeholder; set a real secret")
+    def _tokens_parse(cls, v: str) -> str:
+        parse_tokens(v)
         return v
 
     @field_validator("webhook_secret")
@@ -156,8 +241,32 @@ class Settings(BaseSettings):
         return v
 
     @property
-    def tokens(self) -> set[str]:
-        return {t.strip() for t in self.api_tokens.split(",") if t.strip()}
+    def tokens(self) -> tuple[ApiToken, ...]:
+        return parse_tokens(self.api_tokens)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret value these settings hold: what scrub() hides wherever it shows up."""
+        from urllib.parse import urlsplit
+
+        values = [t.secret for t in self.tokens] + [self.webhook_secret, self.status_token]
+        for url in (self.database_url, self.broker_url, self.kernel_repo, *self.trusted_repositories):
+            try:
+                password = urlsplit(url).password
+            except ValueError:
+                password = None
+            values.append(password or "")
+        return tuple(v for v in values if v)
+
+    @property
+    def trusted_repositories(self) -> tuple[str, ...]:
+        """kernel_repo and kernel_repositories, each as given (trailing slashes dropped)."""
+        entries = [self.kernel_repo, *self.kernel_repositories.split(",")]
+        return tuple(dict.fromkeys(e.strip().rstrip("/") for e in entries if e.strip()))
+
+    def scrub(self, text: str) -> str:
+        """`text` with user info taken out of every URL and every secret of these settings hidden."""
+        return scrub_text(text, self.secrets)
 
     def queue_name(self, kind: str) -> str:
         """The broker queue of a kind of worker: "cpu" or "gpu"."""
@@ -184,6 +293,17 @@ class Settings(BaseSettings):
         return max(1.0, self.visibility_timeout_s / 8)
 
 
+_in_use: list[Settings] = []
+
+
+def use(settings: Settings) -> None:
+    """Make `settings` what get_settings() answers in this process from now on, whatever the
+    environment says: a confined process gets its settings from its parent, never from an
+    inherited environment (isolation/)."""
+    _in_use[:] = [settings]
+    get_settings.cache_clear()
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    return _in_use[0] if _in_use else Settings()

@@ -69,6 +69,9 @@ class Sweep(Base):
     # request with the same key gets this sweep back) and the sha256 of the request it came with.
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     request_sha256: Mapped[str | None] = mapped_column(String(64))
+    # Revision 0009: the name of the API token that submitted it ("webhook": a CI delivery; "cli":
+    # `attnsweep run`); null where authentication was off.
+    submitted_by: Mapped[str | None] = mapped_column(String(64))
 
     filter_counts: Mapped[list["FilterCount"]] = relationship(back_populates="sweep", cascade="all, delete-orphan")
 
@@ -325,6 +328,9 @@ class Bisection(Base):
     cluster_rank: Mapped[int | None] = mapped_column(Integer)
     cluster_signature: Mapped[str | None] = mapped_column(String(200))
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Revision 0009: the name of the API token that asked for it ("webhook": a CI push's); null
+    # where authentication was off.
+    submitted_by: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # Set when its task is published to the broker (null: not yet, the reconciler publishes it).
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

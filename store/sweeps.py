@@ -19,10 +19,11 @@ def sweep_by_idempotency_key(session: Session, key: str) -> Sweep | None:
 
 
 def set_submission(sweep: Sweep, *, queue: str, rerun_of: int | None, idempotency_key: str | None,
-                   request_sha256: str | None) -> None:
+                   request_sha256: str | None, submitted_by: str | None) -> None:
     """The service's columns of a sweep being submitted (its caller's transaction stores them)."""
     sweep.queue, sweep.rerun_of = queue, rerun_of
     sweep.idempotency_key, sweep.request_sha256 = idempotency_key, request_sha256
+    sweep.submitted_by = submitted_by
 
 
 def unpublished_configs(session: Session, sweep_id: int) -> int:

@@ -28,11 +28,12 @@ class BisectionAccepted:
 
 def submit_bisection(session: Session, celery: Celery, settings: Settings, *, repo: str, good: str, bad: str,
                      configs: Sequence[dict[str, Any]], backend: str = "cpu", defects: Sequence[str] = (),
-                     err_ratio_gate: float | None = None) -> BisectionAccepted:
+                     err_ratio_gate: float | None = None, submitted_by: str | None = None) -> BisectionAccepted:
     """Store a queued bisection of `good`..`bad` of `repo` over `configs` (validated by the
-    caller) and publish its task; a broker that refuses is left to the reconciler."""
+    caller, `repo` one the deployment trusts) and publish its task; a broker that refuses is left
+    to the reconciler. `submitted_by` names who asked (an API token's name)."""
     row = stored.create_bisection(session, repo=repo, good=good, bad=bad, backend=backend, configs=list(configs),
-                                  defects=list(defects), err_ratio_gate=err_ratio_gate)
+                                  defects=list(defects), err_ratio_gate=err_ratio_gate, submitted_by=submitted_by)
     bisection_id = row.id
     session.commit()
     published = publish_background(session, celery, settings, "bisection", bisection_id)

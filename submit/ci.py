@@ -91,7 +91,7 @@ def start_ci_sweep(session: Session, celery: Celery, settings: Settings, event: 
 
     try:
         done = submit_sweep(session, celery, settings, ci_spec(settings, event), extra_request=request_extra,
-                            also_store=also_store)
+                            also_store=also_store, submitted_by="webhook")
     except IntegrityError:
         # Two deliveries of one event raced: the first one's commit won; answer with its sweep.
         session.rollback()

@@ -127,12 +127,13 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
                  configs: list[AttentionConfig] | None = None, defects: Sequence[str] = (),
                  sanitize: tuple[str, float] | None = None, rerun_of: int | None = None,
                  extra_request: dict[str, Any] | None = None, idempotency_key: str | None = None,
-                 also_store: Callable[[Session, Sweep], None] | None = None) -> Submission:
+                 also_store: Callable[[Session, Sweep], None] | None = None,
+                 submitted_by: str | None = None) -> Submission:
     """Submit a sweep to the service's workers: the queue of its backend, the budget of that
     queue's live workers, planned, committed, then published. `also_store(session, sweep)`
     writes what a caller commits with the sweep (a CI sweep: its bundle, event and delivery).
-    Raises SubmitError; an IntegrityError of a caller's unique key (a racing delivery) after
-    rolling back."""
+    `submitted_by` names who asked (an API token's name). Raises SubmitError; an IntegrityError
+    of a caller's unique key (a racing delivery) after rolling back."""
     extra = {"defects": list(defects), **(extra_request or {}), **({"configs": len(configs)} if configs is not None else {})}
     key = idempotency_key
     digest = request_digest(spec, configs, {**extra, "sanitize": list(sanitize) if sanitize else None,
@@ -154,7 +155,8 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
 
     def store(s: Session) -> int:
         sweep = repo.store_plan(s, plan)
-        set_submission(sweep, queue=queue, rerun_of=rerun_of, idempotency_key=key, request_sha256=digest)
+        set_submission(sweep, queue=queue, rerun_of=rerun_of, idempotency_key=key, request_sha256=digest,
+                       submitted_by=submitted_by)
         if also_store is not None:
             also_store(s, sweep)
         return sweep.id
@@ -192,7 +194,9 @@ def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: i
     plan = planned(spec, device_total_memory=device_total_memory, device=device, sanitize=sanitize,
                    defects=tuple(sorted(defects)), prior=prior)
     with session_scope(url) as s:
-        sweep_id = repo.store_plan(s, plan).id
+        sweep = repo.store_plan(s, plan)
+        sweep.submitted_by = "cli"
+        sweep_id = sweep.id
     with (started(sweep_id, len(plan.configs)) if started else nullcontext()) as on_result:
         execute_sweep(url, sweep_id, backend, defects=defects, jobs=jobs, on_result=on_result, gpus=gpus,
                       time_limit_s=time_limit_s)

@@ -18,6 +18,8 @@ from attnconfig import AttentionConfig
 from kernels.backends.base import (
     Backend,
     CompileError,
+    ConfinementError,
+    ConfinementTimeout,
     DeviceFault,
     DeviceOutOfMemory,
     LaunchError,
@@ -98,5 +100,9 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         result.outcome, result.detail = "oom", str(exc)
     except MemoryError:
         result.outcome, result.detail = "oom", "host out of memory:\n" + traceback.format_exc(limit=5)
+    except ConfinementTimeout as exc:
+        result.outcome, result.detail = "timeout", f"confined run: {exc}"
+    except ConfinementError as exc:
+        result.outcome, result.detail = "error", f"confined run: {exc}"
     timings["total_s"] = time.perf_counter() - t_start + drawn_s
     return result

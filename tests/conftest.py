@@ -16,6 +16,10 @@ import pytest
 from tests import services
 
 PG_ADMIN = services.PG_ADMIN
+# The API tests' token (the API is closed by default): an admin, so every endpoint answers.
+TEST_SECRET = "test-secret-" + "0123456789abcdef" * 2
+TEST_TOKENS = f"tests:admin:{TEST_SECRET}"
+AUTH = {"Authorization": f"Bearer {TEST_SECRET}"}
 DOWN = pytest.StashKey[dict[str, str]]()   # service -> why it is down
 # service -> whether a test needs it: PostgreSQL a test with a database of its own, Redis one
 # that runs the service (tests/integration's `service` fixture).

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from attnconfig import AttentionConfig
-from kernels import get_backend
+from isolation.confined import backend_for, is_shipped
 from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicable, Prepared, RunOutput
 from kernels.source import KernelSource
 from sweeps.policy import gates_for
@@ -128,11 +128,13 @@ class Runner:
         self.source = source
         self.err_ratio_gate = err_ratio_gate
         self.time_limit_s = time_limit_s
-        self._factory = factory or (lambda: get_backend(backend, defects=self.defects, source=source))
+        # A source that did not ship (a fetched commit's) runs confined (isolation/): its own
+        # process already, so no triage child besides.
+        self._factory = factory or (lambda: backend_for(backend, defects=self.defects, source=source))
         self._backend: Backend | None = None
         self.runs = 0
         if isolate is None:
-            isolate = factory is None and backend in ISOLATED_BACKENDS
+            isolate = factory is None and backend in ISOLATED_BACKENDS and (is_shipped(source) or backend == "cpu")
         self.child = ChildRunner({"backend": backend, "defects": sorted(self.defects),
                                   "source_files": dict(source.files) if source is not None else None,
                                   "err_ratio_gate": err_ratio_gate, "time_limit_s": time_limit_s}) if isolate else None

@@ -77,6 +77,7 @@ def run_bisection(url: str, bisection_id: int, settings: Settings | None = None)
     (done, error; queued or running when another holds it; none when there is no such row)."""
     from kernels.errors import BackendUnavailable
     from kernelsrc.git import KernelRepoError
+    from kernelsrc.trust import is_trusted
     from triage.bisect import BisectError, BisectResult, bisect
 
     settings = settings or get_settings()
@@ -90,9 +91,16 @@ def run_bisection(url: str, bisection_id: int, settings: Settings | None = None)
         request = {"repo": row.repo, "good": row.good, "bad": row.bad, "configs": list(row.configs),
                    "backend": row.backend, "defects": frozenset(row.defects or ()), "err_ratio_gate": row.err_ratio_gate}
         sweep_id = row.sweep_id
+    if not is_trusted(request["repo"], settings):
+        # Checked by the API before storing; checked again before any connection, for a row stored
+        # under settings that trusted more.
+        _store_error(url, bisection_id, token, "repo is not a repository this deployment trusts (ATTNSWEEP_KERNEL_REPO, "
+                                               "ATTNSWEEP_KERNEL_REPOSITORIES): not fetched", settings=settings)
+        return "error"
     if token > MAX_ATTEMPTS:
         _store_error(url, bisection_id, token, f"{token - 1} workers ended while running this bisection without "
-                                               "storing a result (killed, or a crash in a run); not run again")
+                                               "storing a result (killed, or a crash in a run); not run again",
+                     settings=settings)
         _notify_ci(url, sweep_id)
         return "error"
     partial: list[BisectResult] = []
@@ -113,14 +121,14 @@ def run_bisection(url: str, bisection_id: int, settings: Settings | None = None)
         return "running"
     except KernelRepoError as exc:
         reason = str(exc) if exc.missing else f"the kernel repository cannot be read from this worker: {exc}"
-        _store_error(url, bisection_id, token, reason, partial)
+        _store_error(url, bisection_id, token, reason, partial, settings)
     except (BisectError, BackendUnavailable, ValueError) as exc:
-        _store_error(url, bisection_id, token, str(exc), partial)
+        _store_error(url, bisection_id, token, str(exc), partial, settings)
     except Exception as exc:  # noqa: BLE001 - any other failure is the bisection's error, never the worker's
         if is_unreachable(exc):
             raise  # the task retries; the claim goes stale and the reconciler queues it again
         log.exception("bisection %s failed", bisection_id)
-        _store_error(url, bisection_id, token, f"{type(exc).__name__}: {exc}", partial)
+        _store_error(url, bisection_id, token, f"{type(exc).__name__}: {exc}", partial, settings)
     except BaseException:
         # Stopped (a shutdown, a time limit): the claim is left to go stale and be taken again.
         raise
@@ -135,10 +143,13 @@ def run_bisection(url: str, bisection_id: int, settings: Settings | None = None)
     return "error"
 
 
-def _store_error(url: str, bisection_id: int, token: int | None, reason: str, partial: Sequence[Any] = ()) -> None:
+def _store_error(url: str, bisection_id: int, token: int | None, reason: str, partial: Sequence[Any] = (),
+                 settings: Settings | None = None) -> None:
+    """Store the bisection `error` with `reason`, scrubbed (git's errors quote the URL it fetched,
+    credentials and all)."""
     with session_scope(url) as s:
         last = partial[0].to_dict() if partial else None
-        stored.fail(s, bisection_id, token, reason, result=last)
+        stored.fail(s, bisection_id, token, (settings or get_settings()).scrub(reason), result=last)
 
 
 def record_failure(url: str, bisection_id: int, reason: str) -> None:
@@ -146,7 +157,7 @@ def record_failure(url: str, bisection_id: int, reason: str) -> None:
     a database that is away too is logged, not raised."""
     try:
         with session_scope(url) as s:
-            stored.fail(s, bisection_id, None, reason)
+            stored.fail(s, bisection_id, None, get_settings().scrub(reason))
     except Exception:  # noqa: BLE001 - the row goes stale and is taken again
         log.exception("bisection %s: its failure was not stored", bisection_id)
 
@@ -240,6 +251,7 @@ def plan_ci_bisections(url: str, sweep_id: int, settings: Settings,
             "backend": named.most_common(1)[0][0] if named else sweep.backend,
             "defects": list(request.get("defects") or []), "err_ratio_gate": request.get("err_ratio_gate"),
             "repository": sweep.repository, "commit_sha": sweep.commit_sha, "sweep_id": sweep_id,
+            "submitted_by": "webhook",
         }
     if not targets:
         return []
@@ -247,7 +259,7 @@ def plan_ci_bisections(url: str, sweep_id: int, settings: Settings,
         commits = first_parent_commits(settings.kernel_repo, before, common["bad"], settings.kernel_repo_cache)
     except KernelRepoError as exc:
         where = "" if exc.missing else "the kernel repository cannot be read from this worker: "
-        common = {**common, "status": "error", "error": f"{where}{exc}"}
+        common = {**common, "status": "error", "error": settings.scrub(f"{where}{exc}")}
     else:
         if len(commits) - 1 < MIN_COMMITS:
             return []

@@ -44,7 +44,9 @@ from kernels.backends.base import Backend
 from kernels.devices import pin_gpu
 from reference import make_inputs
 from settings import Settings
+from kernels.source import KernelSource
 from store import repo
+from store.bundles import load_bundle
 from store.db import session_scope
 from sweeps.filters import host_cost
 from sweeps.policy import gates_for
@@ -76,6 +78,8 @@ class WorkerSpec:
     name: str = "embedded"
     gpu: int | None = None
     sanitize: tuple[str, frozenset[str]] | None = None
+    # The sweep's source bundle (a fetched commit's kernels/src, run confined); None: the shipped one.
+    source: KernelSource | None = None
 
 
 def worker_name(slot: int, gpus: tuple[int, ...], environ: dict[str, str] | None = None) -> tuple[str, int | None]:
@@ -98,10 +102,10 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
     os.environ.update(environ)
     if spec.gpu is not None:
         pin_gpu(spec.gpu)   # before the thread below loads a runtime, which reads the pin
-    from kernels import get_backend
+    from isolation.confined import backend_for
 
     loading: Future[Backend] = ThreadPoolExecutor(1, thread_name_prefix="backend").submit(
-        get_backend, spec.backend_name, defects=spec.defects)
+        backend_for, spec.backend_name, spec.defects, spec.source)
     ready_at = [0.0]
     loading.add_done_callback(lambda _f: ready_at.__setitem__(0, time.time()))
     handed = []
@@ -109,7 +113,7 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
     def backend() -> Backend:
         """The backend loading since the start; a new one after a timeout dropped it."""
         if handed:
-            return get_backend(spec.backend_name, defects=spec.defects)
+            return backend_for(spec.backend_name, spec.defects, spec.source)
         handed.append(True)
         return loading.result()
 
@@ -235,7 +239,8 @@ class _Slot:
 
 def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs: int,
              gpus: tuple[int, ...] = (), limits: Limits | None = None,
-             sanitize: tuple[str, frozenset[str]] | None = None) -> Iterator[list[tuple[ConfigResult, str]]]:
+             sanitize: tuple[str, frozenset[str]] | None = None,
+             source: KernelSource | None = None) -> Iterator[list[tuple[ConfigResult, str]]]:
     """Batches of (result, worker name): each holds the results that were in when it was taken.
     The pool runs in a thread of its own, so its processes keep working while the caller stores."""
     if gpus and jobs < len(gpus):
@@ -248,7 +253,7 @@ def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs:
         return
     todo = largest_first(todo)
     ctx = _pool_context()
-    specs = [WorkerSpec(backend_name, defects, limits, *worker_name(i, gpus), sanitize) for i in range(jobs)]
+    specs = [WorkerSpec(backend_name, defects, limits, *worker_name(i, gpus), sanitize, source) for i in range(jobs)]
     out: queue.Queue = queue.Queue()
     stop = threading.Event()
     pool = threading.Thread(target=_dispatch, args=(ctx, specs[:min(jobs, len(todo))], todo, limits, out, stop),
@@ -367,10 +372,16 @@ def execute_sweep(
     with session_scope(db_url) as s:
         todo = [cfg for _hash, cfg in repo.queued_configs(s, sweep_id)]
         sanitize = repo.sweep_sanitize(s, sweep_id)
+        source_hash, _commit = repo.sweep_revision(s, sweep_id)
+        # A sweep of a stored bundle (a CI sweep run again here) runs that source, confined.
+        source = load_bundle(s, source_hash) if source_hash else None
+        if source_hash and source is None:
+            repo.set_status(s, sweep_id, "failed", error=f"source bundle {source_hash} of this sweep is not in the store")
+            raise LookupError(f"sweep {sweep_id}: source bundle {source_hash} is not in the store")
         repo.set_status(s, sweep_id, "running")
     try:
         limits = process_limits(time_limit_s)   # a setting that does not validate fails the sweep
-        for batch in _results(todo, backend_name, defects, jobs, tuple(gpus), limits, sanitize):
+        for batch in _results(todo, backend_name, defects, jobs, tuple(gpus), limits, sanitize, source):
             t0 = time.perf_counter()
             with session_scope(db_url) as s:
                 repo.record_results(s, sweep_id, [(r.config_hash, r.to_row(), worker) for r, worker in batch])

@@ -57,9 +57,10 @@ class BackendCache:
         key = (name, defects, source.hash if source is not None else None)
         if key not in self._backends:
             if factory is None:
-                from kernels import get_backend
+                # A source that did not ship (a fetched commit's) runs confined (isolation/).
+                from isolation.confined import backend_for
 
-                factory = lambda: get_backend(name, defects=defects, source=source)  # noqa: E731
+                factory = lambda: backend_for(name, defects=defects, source=source)  # noqa: E731
             self._backends[key] = factory()
             while len(self._backends) > self.limit:
                 old_key, _ = next(iter(self._backends.items()))
@@ -126,6 +127,12 @@ class ConfigExecutor:
             return unrun_result(config, None, self.backend_name, gates, "error",
                                 f"backend {self.backend_name} unavailable on this worker: {exc}")
         if self.sanitize and config.content_hash() in self.sanitize_hashes:
+            from isolation.confined import ConfinedBackend
+
+            if isinstance(backend, ConfinedBackend):
+                return unrun_result(config, backend, self.backend_name, gates, "error",
+                                    "sanitize: a fetched commit's kernels run confined, and compute-sanitizer does "
+                                    "not run inside the confinement; sweep the commit without sanitize")
             return run_sanitized(config, backend, gates, self.sanitize, self.limits.config_s)
         t0 = time.perf_counter()
 

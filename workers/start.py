@@ -13,6 +13,7 @@ import socket
 from celery.signals import worker_ready, worker_shutdown
 
 from settings import Settings
+from settings.secrets import install_log_scrubbing
 from kernels.devices import pin_gpu
 from workers.app import create_celery
 from workers.lease import LeaseRenewer
@@ -37,6 +38,8 @@ def start_worker(settings: Settings, kind: str, *, gpu: int | None = None, concu
                  name: str | None = None, loglevel: str = "INFO") -> None:
     """Run a worker of the cpu or gpu queue in this process until it is stopped."""
     queue = settings.queue_name(kind)
+    # Git's errors quote the URLs it fetched; a log line never shows a URL's credentials or a secret.
+    install_log_scrubbing(settings.scrub)
     pin_gpu(gpu)
     backend = "cpu" if kind == "cpu" else "auto"
     info = probe_device(backend, in_subprocess=kind == "gpu")

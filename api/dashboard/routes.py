@@ -50,13 +50,15 @@ pages = APIRouter(prefix="/dashboard", include_in_schema=False, default_response
 
 @pages.get("")
 def read_sweeps_page(request: Request) -> HTMLResponse:
-    return templates.TemplateResponse(request, "sweeps.html", {"page": "sweeps", "outcomes": OUTCOMES, "failing": FAILING_OUTCOMES})
+    return templates.TemplateResponse(request, "sweeps.html", {
+        "page": "sweeps", "page_data": {"outcomes": list(OUTCOMES), "failing": list(FAILING_OUTCOMES)}})
 
 
 @pages.get("/sweeps/{sweep_id}")
 def read_sweep_page(request: Request, sweep_id: SweepId) -> HTMLResponse:
     context = {
-        "page": "sweep", "sweep_id": sweep_id, "outcomes": OUTCOMES, "failing": FAILING_OUTCOMES,
+        "page": "sweep", "sweep_id": sweep_id,
+        "page_data": {"sweep_id": sweep_id, "outcomes": list(OUTCOMES), "failing": list(FAILING_OUTCOMES)},
         "filters": _filters(), "rate_fields": _first(list(RATE_FIELDS)), "sortable": SORTABLE,
     }
     return templates.TemplateResponse(request, "sweep.html", context)

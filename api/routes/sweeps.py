@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 
 from api.convert import config_run_public, sweep_public
-from api.deps import SweepId, Offset, CeleryDep, SessionDep, sweep_or_404, SettingsDep, TelemetryDep, WriteAccess
+from api.auth import Submitter
+from api.deps import SweepId, Offset, CeleryDep, SessionDep, sweep_or_404, SettingsDep, TelemetryDep
 from api.schemas.clusters import ClustersPublic
 from api.schemas.common import Message, Problems, jsonable
 from api.schemas.sweeps import (
@@ -14,6 +15,7 @@ from api.schemas.sweeps import (
     SweepAccepted,
     SweepCreate,
     SweepPublic,
+    SweepCancel,
     SweepRerun,
     SweepsPublic,
     SweepStatus,
@@ -56,7 +58,7 @@ def _accepted(telemetry: TelemetryDep, response: Response, accepted: SweepAccept
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=SweepAccepted,
              responses={200: {"model": SweepAccepted}, **WRITE_ERRORS, 503: {"model": Message}})
 def create_sweep(body: SweepCreate, session: SessionDep, celery: CeleryDep, settings: SettingsDep,
-                 telemetry: TelemetryDep, _writer: WriteAccess, response: Response,
+                 telemetry: TelemetryDep, caller: Submitter, response: Response,
                  idempotency_key: IdempotencyKey = None) -> SweepAccepted:
     """Sample and prefilter now, store the sweep, and queue its configs for the workers.
 
@@ -68,7 +70,8 @@ def create_sweep(body: SweepCreate, session: SessionDep, celery: CeleryDep, sett
     The split-KV budget is the request's `splitkv_extra_bytes_limit`, else the smallest
     device memory the target queue's live workers reported, else 1.5 GiB.
     """
-    return _accepted(telemetry, response, submit_sweep(session, celery, settings, body, idempotency_key=idempotency_key))
+    return _accepted(telemetry, response, submit_sweep(session, celery, settings, body, idempotency_key=idempotency_key,
+                                                                submitted_by=caller.name))
 
 
 @router.get("", response_model=SweepsPublic)
@@ -115,9 +118,13 @@ def read_sweep_clusters(sweep_id: SweepId, session: SessionDep) -> ClustersPubli
 
 
 @router.post("/{sweep_id}/cancel", response_model=SweepPublic, responses={**NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS})
-def cancel_sweep(sweep_id: SweepId, session: SessionDep, _writer: WriteAccess) -> SweepPublic:
-    """Stop a queued or running sweep: its configs not yet started are skipped by the workers."""
+def cancel_sweep(sweep_id: SweepId, session: SessionDep, caller: Submitter, _body: SweepCancel) -> SweepPublic:
+    """Stop a queued or running sweep: its configs not yet started are skipped by the workers. A
+    token of scope submit cancels the sweeps it submitted; an admin token any sweep."""
     sweep = sweep_or_404(session, sweep_id)
+    if not caller.may("admin") and sweep.submitted_by != caller.name:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"sweep {sweep_id} was not submitted by the token {caller.name!r}: "
+                                                       "only its own token or one of scope admin may cancel it")
     if sweep.status not in repo.ACTIVE_STATUSES:
         raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} is {sweep.status}; only a queued or running sweep can be cancelled")
     repo.cancel_sweep(session, sweep_id)
@@ -129,10 +136,9 @@ def cancel_sweep(sweep_id: SweepId, session: SessionDep, _writer: WriteAccess) -
 @router.post("/{sweep_id}/rerun", status_code=status.HTTP_202_ACCEPTED, response_model=SweepAccepted,
              responses={200: {"model": SweepAccepted}, **NOT_FOUND, 409: {"model": Message}, **WRITE_ERRORS, 503: {"model": Message}})
 def rerun_sweep(sweep_id: SweepId, session: SessionDep, celery: CeleryDep, settings: SettingsDep, telemetry: TelemetryDep,
-                _writer: WriteAccess, response: Response, body: SweepRerun | None = None,
+                caller: Submitter, response: Response, body: SweepRerun,
                 idempotency_key: IdempotencyKey = None) -> SweepAccepted:
     """A new sweep of the same configs (or of its failures only), same backend, gates and defects."""
-    body = body or SweepRerun()
     original = sweep_or_404(session, sweep_id)
     stored = queries.sweep_configs(session, sweep_id, failures_only=body.failures_only)
     if not stored:
@@ -145,5 +151,5 @@ def rerun_sweep(sweep_id: SweepId, session: SessionDep, celery: CeleryDep, setti
     configs = [parse_config(c) for c in stored]
     accepted = submit_sweep(session, celery, settings, create, configs=configs, rerun_of=sweep_id,
                             extra_request={"rerun_of": sweep_id, "failures_only": body.failures_only},
-                            idempotency_key=idempotency_key)
+                            idempotency_key=idempotency_key, submitted_by=caller.name)
     return _accepted(telemetry, response, accepted)

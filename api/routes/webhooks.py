@@ -2,7 +2,9 @@
 
 The delivery is authenticated by its HMAC signature (X-Hub-Signature-256 under
 ATTNSWEEP_WEBHOOK_SECRET), not by a bearer token: a code host cannot send one. The signature is
-checked over the raw body before anything is parsed, and a delivery that fails it stores nothing.
+checked over the raw body before anything is parsed, and a delivery that fails it stores nothing. A pull request from a fork is built only when the
+deployment trusts the fork's repository (ATTNSWEEP_KERNEL_REPOSITORIES); otherwise its commit
+status says it was not swept.
 """
 from __future__ import annotations
 
@@ -14,16 +16,18 @@ from fastapi import APIRouter, Header, HTTPException, Request, Response, status
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from api.auth import UnsignedWrite
 from api.deps import CeleryDep, SessionDep, SettingsDep
 from api.errors import ProblemError
 from api.schemas.ci import CiWebhookReply
 from api.schemas.common import Message, Problems
 from attnconfig.config import text_problem
 from ci.events import CiEvent, EventError, Ignored, parse_event
-from ci.notify import post_status
+from ci.notify import deployment_repository, post_not_swept, post_status
 from ci.signature import HEADER, signature_problem
 from settings import Settings
 from kernelsrc.git import KernelRepoError
+from kernelsrc.trust import is_trusted
 from submit.ci import CiSpecError, start_ci_sweep
 from submit.sweep import SubmitError
 
@@ -39,6 +43,20 @@ def _payload(body: bytes) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProblemError([("body", f"not valid JSON: {exc}")]) from None
+
+
+def _trusted(settings: Settings, event: CiEvent) -> CiEvent | Ignored:
+    """The event, or why its code is not built: another repository than this deployment's, or a
+    pull request from a fork whose repository the deployment does not trust (its status says so)."""
+    own = deployment_repository(settings)
+    if own is not None and event.repository.lower() != own.lower():
+        return Ignored(f"repository {event.repository} is not this deployment's ({own})")
+    if event.fork is not None and not any(is_trusted(url, settings) for url in event.fork_urls):
+        reason = "not swept: head repository not trusted"
+        post_not_swept(settings, event.repository, event.commit_sha, reason)
+        return Ignored(f"{reason} ({event.fork}; a fork's code is built only when ATTNSWEEP_KERNEL_REPOSITORIES "
+                       "lists its clone URL)")
+    return event
 
 
 def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, delivery: str, body_sha256: str) -> CiWebhookReply:
@@ -66,9 +84,13 @@ def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, de
 
 @router.post("/webhooks/ci", status_code=status.HTTP_202_ACCEPTED, response_model=CiWebhookReply,
              responses={200: {"model": CiWebhookReply}, 401: {"model": Problems}, 413: {"model": Problems},
-                        422: {"model": Problems}, 503: {"model": Message}})
+                        422: {"model": Problems}, 503: {"model": Message}},
+             # The body is read raw (the signature covers its bytes): declared here, not parsed by FastAPI.
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                 "type": "object", "description": "a GitHub push or pull_request event"}}}}})
 async def receive_ci_event(
     request: Request, response: Response, session: SessionDep, celery: CeleryDep, settings: SettingsDep,
+    _json: UnsignedWrite,
     signature: Annotated[str | None, Header(alias=HEADER)] = None,
     event_name: Annotated[str | None, Header(alias=EVENT_HEADER)] = None,
     delivery: Annotated[str | None, Header(alias=DELIVERY_HEADER)] = None,
@@ -91,6 +113,8 @@ async def receive_ci_event(
         parsed = parse_event(event_name, _payload(body))
     except EventError as exc:
         raise ProblemError(exc.problems) from None
+    if not isinstance(parsed, Ignored):
+        parsed = await run_in_threadpool(_trusted, settings, parsed)
     if isinstance(parsed, Ignored):
         response.status_code = status.HTTP_200_OK
         return CiWebhookReply(status="ignored", event=event_name, reason=parsed.reason)

@@ -119,6 +119,8 @@ class BisectionPublic(BaseModel):
     error: str | None = Field(description="why there is no result: the ends do not bound a change, the repository or "
                                           "a commit cannot be read, the backend is not available here ...")
     attempts: int = Field(description="workers that took it (more than one: a worker died while running it)")
+    submitted_by: str | None = Field(default=None, description="the name of the API token that asked for it (webhook: "
+                                                               "a CI push's); null where authentication was off")
     repository: str | None = Field(description="a CI push's bisection: owner/name of the repository pushed to")
     commit_sha: str | None = Field(description="a CI push's bisection: the pushed commit")
     sweep_id: int | None = Field(description="a CI push's bisection: the sweep of the pushed commit")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.schemas.common import Metric
 from attnconfig import AttentionConfig
@@ -76,7 +76,15 @@ class SweepAccepted(BaseModel):
     replayed: bool = Field(default=False, description="an earlier request with this Idempotency-Key made this sweep")
 
 
+class SweepCancel(BaseModel):
+    """POST /sweeps/{id}/cancel's body: nothing to say, but a write is JSON (`{}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class SweepRerun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     failures_only: bool = Field(default=False, description="re-run only the configs that failed (fail, nan, fault, unsafe, error, timeout, oom)")
     label: Label | None = Field(default=None, description="label of the new sweep (default: the original's)")
 
@@ -98,6 +106,9 @@ class SweepPublic(BaseModel):
     splitkv_budget: int
     budget_source: str
     rerun_of: int | None
+    submitted_by: str | None = Field(default=None, description="the name of the API token that submitted it "
+                                                               "(webhook: a CI delivery; cli: the command line); null "
+                                                               "where authentication was off")
     error: str | None
     created_at: datetime
     started_at: datetime | None

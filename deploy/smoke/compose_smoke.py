@@ -517,10 +517,10 @@ def main() -> int:
 
     project = f"attnsweep-smoke-{os.getpid()}-{secrets.token_hex(3)}"
     api_port, flower_port = free_port(), free_port()
-    token = secrets.token_urlsafe(24)
+    token = secrets.token_urlsafe(32)
     flower_auth = f"smoke:{secrets.token_urlsafe(18)}"
     env = {**os.environ,
-           "POSTGRES_PASSWORD": secrets.token_urlsafe(18), "ATTNSWEEP_API_TOKENS": token,
+           "POSTGRES_PASSWORD": secrets.token_urlsafe(18), "ATTNSWEEP_API_TOKENS": f"smoke:admin:{token}",
            "ATTNSWEEP_WEBHOOK_SECRET": secrets.token_urlsafe(18), "FLOWER_BASIC_AUTH": flower_auth,
            "ATTNSWEEP_IMAGE": APP_IMAGE, "ATTNSWEEP_BIND_ADDRESS": "127.0.0.1",
            "ATTNSWEEP_API_PORT": str(api_port), "FLOWER_PORT": str(flower_port),

@@ -20,6 +20,8 @@ from kernels.defects import COMBINE_DEFECTS, DATA_DEFECTS, DEFECTS, FAULT_DEFECT
 from kernels.errors import (  # noqa: F401
     BackendUnavailable,
     CompileError,
+    ConfinementError,
+    ConfinementTimeout,
     DeviceFault,
     DeviceOutOfMemory,
     LaunchError,

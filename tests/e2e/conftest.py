@@ -108,6 +108,20 @@ def console(page: Any) -> Console:
     return seen
 
 
+def wait_until(page: Any, expression: str, timeout_ms: float = 30_000) -> Any:
+    """Poll a JavaScript expression until it is truthy; its value. Playwright's wait_for_function
+    evaluates its string inside the page with eval, which the pages' Content-Security-Policy
+    (no 'unsafe-eval') refuses; page.evaluate runs through the DevTools protocol instead."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        value = page.evaluate(expression)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_ms / 1000:g} s waiting for {expression}")
+        time.sleep(0.1)
+
+
 def screenshot(target: Any, name: str, **kwargs: Any) -> Path:
     """A page or an element of it, as tests/e2e/artifacts/NAME.png."""
     ARTIFACTS.mkdir(exist_ok=True)

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from store.db import session_scope
 from store.models import ConfigRun
 from tests.e2e import seed
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import screenshot, wait_until
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def _table_seqs(page) -> set[int]:  # noqa: ANN001
 
 
 def _wait_rows(page, n: int) -> None:  # noqa: ANN001
-    page.wait_for_function(f"document.querySelectorAll('#failures tbody tr[data-seq]').length === {n}")
+    wait_until(page, f"document.querySelectorAll('#failures tbody tr[data-seq]').length === {n}")
 
 
 def _heatmap(page) -> dict:  # noqa: ANN001
@@ -72,14 +72,14 @@ def test_progress_refreshes_while_a_sweep_runs(live, page, console):
     row.wait_for()
     assert "3 / 8" in row.inner_text() and row.get_attribute("data-status") == "running"
     seed.record(live.database_url, sweep_id, results[3:6])
-    page.wait_for_function(f"document.querySelector('tr[data-sweep=\"{sweep_id}\"]').innerText.includes('6 / 8')")
+    wait_until(page, f"document.querySelector('tr[data-sweep=\"{sweep_id}\"]').innerText.includes('6 / 8')")
     screenshot(page, "sweeps-running")
 
     page.goto(f"{live.url}/dashboard/sweeps/{sweep_id}")
-    page.wait_for_function("document.getElementById('progress-text').textContent === '6 / 8 configs done'")
+    wait_until(page, "document.getElementById('progress-text').textContent === '6 / 8 configs done'")
     assert page.inner_text("#status") == "running"
     seed.record(live.database_url, sweep_id, results[6:])
-    page.wait_for_function("document.getElementById('status').textContent === 'done'")
+    wait_until(page, "document.getElementById('status').textContent === 'done'")
     assert page.inner_text("#progress-text") == "8 / 8 configs done"
     assert console.unexpected() == []
 
@@ -102,7 +102,7 @@ def test_sweep_page_charts_counts_and_heatmap_shows_the_planted_pattern(live, ni
 
     page.select_option("#heatmap-axes select[name=hy]", "seq_len_k_bucket")
     page.select_option("#heatmap-axes select[name=hx]", "dtype")
-    page.wait_for_function("(t => t.y[0] === '64-127' && t.x[0] === 'bf16')(document.getElementById('heatmap').data[0])")
+    wait_until(page, "(t => t.y[0] === '64-127' && t.x[0] === 'bf16')(document.getElementById('heatmap').data[0])")
     heat = _heatmap(page)
     assert heat["y"] == ["64-127", "256-511", "1024-2047"] and heat["x"] == ["bf16", "f16", "f32", "i8"]
     for rates in heat["z"]:  # per bucket: bf16 fails at split_kv 16 and 32 of its 6 splits
@@ -145,8 +145,8 @@ def test_the_table_shows_metric_against_bound_and_why_and_sorts(live, nightly, p
     _wait_rows(page, 3)
     page.click('#failures th[data-sort="seq_len_k"]')
     page.click('#failures th[data-sort="seq_len_k"]')
-    page.wait_for_function("document.querySelector('#failures th[data-sort=\"seq_len_k\"]').dataset.dir === 'desc'")
-    page.wait_for_function("location.search.includes('sort=-seq_len_k')")
+    wait_until(page, "document.querySelector('#failures th[data-sort=\"seq_len_k\"]').dataset.dir === 'desc'")
+    wait_until(page, "location.search.includes('sort=-seq_len_k')")
     _wait_rows(page, 3)
     rows = page.locator("#failures tbody tr").all_inner_texts()
     assert [re.search(r"k(\d+)", r).group(1) for r in rows] == ["1024", "300", "64"]
@@ -188,7 +188,7 @@ def test_copy_puts_the_stored_reproducer_on_the_clipboard(live, nightly, page, c
     row = page.locator("#failures tbody tr").nth(3)
     seq = int(row.get_attribute("data-seq"))
     row.locator("button.copy").click()
-    page.wait_for_function("[...document.querySelectorAll('button.copy')].some(b => b.textContent === 'Copied')")
+    wait_until(page, "[...document.querySelectorAll('button.copy')].some(b => b.textContent === 'Copied')")
     copied = page.evaluate("navigator.clipboard.readText()")
     with session_scope(live.database_url) as s:
         stored = s.scalar(select(ConfigRun.reproducer).where(ConfigRun.sweep_id == nightly.sweep_id, ConfigRun.seq == seq))

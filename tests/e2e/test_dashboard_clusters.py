@@ -6,7 +6,7 @@ from __future__ import annotations
 from store import clusters as stored
 from store.db import session_scope
 from tests.e2e import seed
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import screenshot, wait_until
 from triage.sweep import triage_sweep
 
 FIRST_BAD = "0123456789abcdef0123456789abcdef01234567"
@@ -27,14 +27,14 @@ def test_clusters_panel_shows_pending_then_every_bug_with_a_copyable_reproducer(
     nightly = seed.seed_finished(live.database_url, label="nightly")
     page.goto(f"{live.url}/dashboard/sweeps/{nightly.sweep_id}")
     page.wait_for_selector("#failures tbody tr")
-    page.wait_for_function("document.getElementById('clusters-panel').dataset.status === 'pending'")
+    wait_until(page, "document.getElementById('clusters-panel').dataset.status === 'pending'")
     assert "triage pending" in page.locator("#triage-state").inner_text()
     assert page.locator("#clusters .cluster").count() == 0
 
     clusters = _triaged(live.database_url, nightly.sweep_id)
     with session_scope(live.database_url) as s:
         stored.store_clusters(s, nightly.sweep_id, clusters)
-    page.wait_for_function("document.getElementById('clusters-panel').dataset.status === 'done'")
+    wait_until(page, "document.getElementById('clusters-panel').dataset.status === 'done'")
     failing = len(nightly.failures())
     assert sum(c["size"] for c in clusters) == failing
     # The planted symptoms (rms, row, nan, error) of bf16 with split_kv >= 16 are one bug.
@@ -57,7 +57,7 @@ def test_clusters_panel_shows_pending_then_every_bug_with_a_copyable_reproducer(
     assert first.locator("pre.reproducer").inner_text() == clusters[0]["reproducer"]
 
     first.locator("button.copy").click()
-    page.wait_for_function("document.querySelector('#clusters .cluster button.copy').textContent === 'Copied'")
+    wait_until(page, "document.querySelector('#clusters .cluster button.copy').textContent === 'Copied'")
     assert page.evaluate("navigator.clipboard.readText()") == clusters[0]["reproducer"]
 
     panel = page.locator("#clusters-panel").bounding_box()
@@ -72,6 +72,6 @@ def test_a_failed_triage_says_why(live, page, console):
     with session_scope(live.database_url) as s:
         stored.fail_triage(s, nightly.sweep_id, "BackendUnavailable: no GPU on this worker")
     page.goto(f"{live.url}/dashboard/sweeps/{nightly.sweep_id}")
-    page.wait_for_function("document.getElementById('clusters-panel').dataset.status === 'failed'")
+    wait_until(page, "document.getElementById('clusters-panel').dataset.status === 'failed'")
     assert page.locator("#triage-state").inner_text() == "triage failed: BackendUnavailable: no GPU on this worker"
     assert console.unexpected() == []

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from tests.e2e import seed
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import screenshot, wait_until
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_coverage_view_shows_covered_rare_and_never_cells_per_path(live, regimes
 
     assert page.locator("#coverage-path select[name=path] option").all_inner_texts() == report["paths"]
     page.select_option("#coverage-path select[name=path]", "rowwise")
-    page.wait_for_function("document.getElementById('coverage').dataset.path === 'rowwise'")
+    wait_until(page, "document.getElementById('coverage').dataset.path === 'rowwise'")
     drawn = _drawn(page)
     assert (drawn["z"], drawn["text"]) == _expected(report, "rowwise", drawn["y"], drawn["x"])
     i8 = drawn["y"].index("dtype=i8")
@@ -83,5 +83,5 @@ def test_coverage_view_follows_a_running_sweep(live, page, console):
     count = "(t => t.text[t.y.indexOf('dtype=f16')])(document.getElementById('coverage').data[0])"
     assert page.evaluate(count) == ["2", "1"]
     seed.record(live.database_url, sweep_id, results[3:])
-    page.wait_for_function(f"JSON.stringify({count}) === JSON.stringify(['6', '3'])")
+    wait_until(page, f"JSON.stringify({count}) === JSON.stringify(['6', '3'])")
     assert console.unexpected() == []

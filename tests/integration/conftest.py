@@ -40,7 +40,9 @@ class Service:
     prefix: str
     settings: Any
 
-    def client(self, **overrides: Any):  # noqa: ANN201
+    def client(self, headers: dict[str, str] | None = None, **overrides: Any):  # noqa: ANN201
+        """A client of an API on these settings with `overrides`, sending the tests' admin token
+        unless `headers` says otherwise."""
         from settings import Settings
 
         with warnings.catch_warnings():
@@ -48,8 +50,10 @@ class Service:
             from fastapi.testclient import TestClient
         from api.main import create_app
 
+        from tests.conftest import AUTH
+
         settings = Settings(**{**self.settings.model_dump(), **overrides})
-        return TestClient(create_app(settings))
+        return TestClient(create_app(settings), headers=AUTH if headers is None else headers)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSWEEP_")}
@@ -78,7 +82,9 @@ def service(pg_url) -> Iterator[Service]:  # noqa: ANN001
 
     upgrade(pg_url)
     prefix = f"it{uuid.uuid4().hex[:10]}-"
-    settings = Settings(database_url=pg_url, broker_url=REDIS_URL, queue_prefix=prefix)
+    from tests.conftest import TEST_TOKENS
+
+    settings = Settings(database_url=pg_url, broker_url=REDIS_URL, queue_prefix=prefix, api_tokens=TEST_TOKENS)
     try:
         yield Service(pg_url, prefix, settings)
     finally:

@@ -36,7 +36,7 @@ def repo_worker(service, tmp_path, kernel_repo) -> Iterator[Worker]:  # noqa: AN
 
 def test_a_posted_bisection_is_run_by_a_worker_and_finds_the_first_bad_commit(service, repo_worker, kernel_repo):
     repo, shas = kernel_repo
-    with service.client() as c:
+    with service.client(kernel_repositories=str(repo)) as c:
         resp = c.post("/bisect", json={"repo": str(repo), "good": shas[0], "bad": shas[-1], "configs": [CONFIG]})
         assert resp.status_code == 202 and resp.json()["published"] is True, resp.text
         url = resp.json()["url"]

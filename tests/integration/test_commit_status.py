@@ -2,45 +2,18 @@
 when a CI sweep starts and by the Celery worker that finishes it; none without a token."""
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import pytest
 
 from tests.integration.conftest import start_worker, stop_worker, wait_for
 from tests.integration.test_ci import REPO, SECRET, _ci_client, _wait_verdict
-from tests.unit.ci.hooks import KernelRepo, deliver, push_payload, with_defects
+from tests.unit.ci.hooks import Forge, KernelRepo, deliver, push_payload, with_defects
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "ghp-test-status-token-51c2"
 PUBLIC = "https://attnsweep.example.org"
-
-
-class Forge:
-    """Records every request; answers 201 as GitHub does."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        forge = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                forge.requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
-                self.send_response(201)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args) -> None:  # noqa: ANN002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @pytest.fixture

@@ -141,7 +141,7 @@ def test_cancel_skips_the_remaining_configs_and_stays_cancelled(service, worker)
                 "head_dim_v": 128, "dtype": "f32", "data_seed": i} for i in range(40)]
     with service.client() as c:
         sid = c.post("/sweeps", json={"configs": heavier, "backend": "cpu"}).json()["id"]
-        cancelled = c.post(f"/sweeps/{sid}/cancel")
+        cancelled = c.post(f"/sweeps/{sid}/cancel", json={})
         assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
 
         def settled() -> bool:  # the worker drains the queue: finishes what it started, skips the rest
@@ -162,7 +162,7 @@ def test_cancel_skips_the_remaining_configs_and_stays_cancelled(service, worker)
 
 def test_auth_and_bad_payloads_write_nothing(service):
     token = "it-token-" + uuid.uuid4().hex
-    with service.client(api_tokens=token, max_body_bytes=4096) as c:
+    with service.client(headers={}, api_tokens=f"it:submit:{token}", max_body_bytes=4096) as c:
         body = {"samples": 2, "backend": "cpu", "ranges": SMALL}
         assert c.post("/sweeps", json=body).status_code == 401
         assert c.post("/sweeps", json=body, headers={"Authorization": "Bearer wrong-" + token}).status_code == 403

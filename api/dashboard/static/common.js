@@ -1,6 +1,12 @@
 // Shared by every page: fetch the API, show its field/rule problems, build DOM, format values.
 "use strict";
 
+// What the server filled in for this page (base.html's JSON block).
+const PAGE_DATA = JSON.parse(document.getElementById("page-data").textContent || "{}");
+const SWEEP_ID = PAGE_DATA.sweep_id;
+const OUTCOMES = PAGE_DATA.outcomes || [];
+const FAILING = PAGE_DATA.failing || [];
+
 class ApiError extends Error {
   constructor(status, problems) {
     super(problems.map((p) => `${p.field}: ${p.rule}`).join("; "));
@@ -9,9 +15,26 @@ class ApiError extends Error {
   }
 }
 
+// Where reads need a token (ATTNSWEEP_READ_AUTH), the page asks for one once and keeps it for this
+// tab only (sessionStorage), sending it as a bearer token with every request.
+const TOKEN_KEY = "attnsweep-token";
+
+function askForToken() {
+  const form = document.getElementById("token-form");
+  form.hidden = false;
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, new FormData(form).get("token").trim());
+    location.reload();
+  }, { once: true });
+}
+
 async function api(path, params) {
   const qs = params ? "?" + params.toString() : "";
-  const resp = await fetch(path + qs, { headers: { accept: "application/json" } });
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = { accept: "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) };
+  const resp = await fetch(path + qs, { headers });
+  if (resp.status === 401 || resp.status === 403) askForToken();
   const body = await resp.json().catch(() => null);
   if (!resp.ok) {
     const detail = body && body.detail;

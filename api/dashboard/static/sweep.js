@@ -61,6 +61,7 @@ function renderSweep(s) {
     ["duration", fmtDuration(s.started_at, s.finished_at)],
     ["throughput", s.throughput === null ? null : `${fmtNumber(s.throughput)} configs/s`],
     ["re-run of", s.rerun_of],
+    ["submitted by", s.submitted_by],
     ["error", s.error],
   ].filter(([, v]) => v !== null && v !== undefined);
   document.getElementById("facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]));

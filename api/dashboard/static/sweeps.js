@@ -10,7 +10,8 @@ function commitCell(s) {
   return el("td", {},
     s.label ? el("div", {}, s.label) : el("div", { class: "muted" }, "no label"),
     sha ? el("code", { title: sha }, sha.slice(0, 10)) : null,
-    s.repository ? el("div", { class: "muted" }, s.repository + (s.ref ? ` @ ${s.ref}` : "")) : null);
+    s.repository ? el("div", { class: "muted" }, s.repository + (s.ref ? ` @ ${s.ref}` : "")) : null,
+    s.submitted_by ? el("div", { class: "muted by" }, `by ${s.submitted_by}`) : null);
 }
 
 function outcomesCell(outcomes) {

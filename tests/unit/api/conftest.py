@@ -13,19 +13,24 @@ BASE = dict(dtype="f16", g=1, seq_len_q=4, seq_len_k=64, num_heads_q=2, num_head
 def make_settings(url: str, **overrides: Any):
     from settings import Settings
 
-    fields = dict(database_url=url, broker_url="memory://", queue_prefix=f"u{uuid.uuid4().hex[:8]}-")
+    from tests.conftest import TEST_TOKENS
+
+    fields = dict(database_url=url, broker_url="memory://", queue_prefix=f"u{uuid.uuid4().hex[:8]}-",
+                  api_tokens=TEST_TOKENS)
     fields.update(overrides)
     return Settings(**fields)
 
 
-def make_client(settings):  # noqa: ANN001, ANN201
+def make_client(settings, headers: dict[str, str] | None = None):  # noqa: ANN001, ANN201
+    """A client of the API on `settings`, sending the tests' admin token unless `headers` says otherwise."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
 
     from api.main import create_app
+    from tests.conftest import AUTH
 
-    return TestClient(create_app(settings))
+    return TestClient(create_app(settings), headers=AUTH if headers is None else headers)
 
 
 @pytest.fixture

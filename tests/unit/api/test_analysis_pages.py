@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import re
 
 import pytest
@@ -27,7 +28,9 @@ def test_sweep_page_offers_every_filter_and_grouping_the_api_takes(client):
     assert {"dtype", "split_kv", "causal", "gqa_ratio", "seq_len_k", "head_dim_qk", "kv_cache"} <= offered
     heatmap = set(re.findall(r"<option>([a-z_0-9]+)</option>", page.split('id="heatmap-axes"')[1].split("</form>")[0]))
     assert heatmap == set(RATE_FIELDS)
-    assert "const SWEEP_ID = 3;" in page
+    data = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page).group(1)
+    assert json.loads(data)["sweep_id"] == 3
+    assert "<script>" not in page   # the Content-Security-Policy runs no inline script
     assert client.get("/dashboard/sweeps/abc").status_code == 422
 
 

@@ -148,38 +148,6 @@ def test_body_over_the_limit_is_413_and_writes_nothing(sqlite_url):
     assert _count(sqlite_url, ConfigRun) == 2
 
 
-def test_writes_need_a_valid_bearer_token_when_tokens_are_set(sqlite_url):
-    from store.migrate import upgrade
-
-    upgrade(sqlite_url)
-    settings = make_settings(sqlite_url, api_tokens="alpha-0123456789, beta-0123456789")
-    body = {"samples": 2, "backend": "cpu", "ranges": SMALL}
-    with make_client(settings) as c:
-        none = c.post("/sweeps", json=body)
-        assert none.status_code == 401 and none.headers["www-authenticate"] == "Bearer"
-        wrong = c.post("/sweeps", json=body, headers={"Authorization": "Bearer gamma-0123456789"})
-        assert wrong.status_code == 403
-        basic = c.post("/sweeps", json=body, headers={"Authorization": "Basic YTpi"})
-        assert basic.status_code == 401
-        assert _count(sqlite_url) == 0
-        ok = c.post("/sweeps", json=body, headers={"Authorization": "Bearer beta-0123456789"})
-        assert ok.status_code == 202
-        sid = ok.json()["id"]
-        assert c.post(f"/sweeps/{sid}/cancel").status_code == 401
-        assert c.post(f"/sweeps/{sid}/rerun").status_code == 401
-        assert c.get(f"/sweeps/{sid}").status_code == 200  # reads stay open
-    assert _count(sqlite_url) == 1
-
-
-def test_placeholder_token_is_refused():
-    from pydantic import ValidationError
-
-    from settings import Settings
-
-    with pytest.raises(ValidationError, match="placeholder"):
-        Settings(api_tokens="good-token-123456,changethis")
-
-
 def test_budget_from_the_queue_workers_memory_or_request_or_fallback(client, settings):
     from datetime import timedelta
 
@@ -210,13 +178,13 @@ def test_budget_from_the_queue_workers_memory_or_request_or_fallback(client, set
 
 def test_cancel_skips_queued_configs_and_only_once(client, settings):
     sid = client.post("/sweeps", json={"samples": 5, "seed": 3, "backend": "cpu", "ranges": SMALL}).json()["id"]
-    resp = client.post(f"/sweeps/{sid}/cancel")
+    resp = client.post(f"/sweeps/{sid}/cancel", json={})
     assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
     states = {r["state"] for r in client.get(f"/sweeps/{sid}/results").json()["data"]}
     assert states == {"cancelled"}
-    again = client.post(f"/sweeps/{sid}/cancel")
+    again = client.post(f"/sweeps/{sid}/cancel", json={})
     assert again.status_code == 409 and "cancelled" in again.json()["detail"]
-    assert client.post("/sweeps/424242/cancel").status_code == 404
+    assert client.post("/sweeps/424242/cancel", json={}).status_code == 404
 
 
 def test_rerun_of_failures_only_needs_failures(client, settings):
@@ -232,7 +200,7 @@ def test_rerun_of_failures_only_needs_failures(client, settings):
     new = client.get(f"/sweeps/{resp.json()['id']}").json()
     assert (new["rerun_of"], new["label"], new["configs_total"], new["backend"]) == (sid, "again", 1, "cpu")
     assert [h for t in published(settings) for h, _ in t["args"][1]] == [h]
-    everything = client.post(f"/sweeps/{sid}/rerun").json()
+    everything = client.post(f"/sweeps/{sid}/rerun", json={}).json()
     assert everything["configs_total"] == 2
 
 

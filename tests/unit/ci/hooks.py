@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,11 +91,20 @@ def push_payload(repository: str, branch: str, sha: str) -> dict[str, Any]:
             "repository": {"full_name": repository, "clone_url": f"https://example.invalid/{repository}.git"}}
 
 
+def repo_payload(full_name: str) -> dict[str, Any]:
+    """A repository as GitHub's events describe one (the fields ci.events reads)."""
+    url = f"https://example.invalid/{full_name}"
+    return {"full_name": full_name, "clone_url": f"{url}.git", "html_url": url,
+            "ssh_url": f"git@example.invalid:{full_name}.git", "git_url": f"git://example.invalid/{full_name}.git"}
+
+
 def pr_payload(repository: str, number: int, head_branch: str, head_sha: str, base_branch: str, base_sha: str,
-               action: str = "synchronize") -> dict[str, Any]:
-    return {"action": action, "number": number, "repository": {"full_name": repository},
-            "pull_request": {"number": number, "head": {"ref": head_branch, "sha": head_sha},
-                             "base": {"ref": base_branch, "sha": base_sha}}}
+               action: str = "synchronize", head_repository: str | None = None) -> dict[str, Any]:
+    """A pull_request event; `head_repository`: the fork it comes from (None: a branch of `repository`)."""
+    head = repo_payload(head_repository or repository)
+    return {"action": action, "number": number, "repository": repo_payload(repository),
+            "pull_request": {"number": number, "head": {"ref": head_branch, "sha": head_sha, "repo": head},
+                             "base": {"ref": base_branch, "sha": base_sha, "repo": repo_payload(repository)}}}
 
 
 def deliver(client: Any, secret: str | None, event: str, payload: Any, delivery: str | None = None,
@@ -107,3 +118,27 @@ def deliver(client: Any, secret: str | None, event: str, payload: Any, delivery:
     elif secret is not None:
         headers["X-Hub-Signature-256"] = sign(secret, body)
     return client.post("/webhooks/ci", content=body, headers=headers)
+
+
+class Forge:
+    """Records every request; answers 201 as GitHub does."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        forge = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                forge.requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args) -> None:  # noqa: ANN002
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
