@@ -40,6 +40,27 @@ def ping(session: Session) -> None:
     session.execute(text("SELECT 1"))
 
 
+def check_writable(session: Session) -> None:
+    """Raise when the database answers but cannot write. PostgreSQL with a full disk still
+    answers queries and refuses only what needs new space: this creates a temporary table and
+    writes a page of it, which extends a file on the database's disk, then rolls it back."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    try:
+        session.execute(text("CREATE TEMP TABLE attnsweep_write_probe (b bytea) ON COMMIT DROP"))
+        session.execute(text("INSERT INTO attnsweep_write_probe VALUES ('x')"))
+    finally:
+        session.rollback()
+
+
+def commit_without_flush_wait(session: Session) -> None:
+    """Commit, on PostgreSQL without waiting for the WAL to reach the disk (synchronous_commit
+    off for this transaction): for writes that a crash may lose because someone redoes them."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL synchronous_commit = off"))
+    session.commit()
+
+
 def normalize_url(url: str) -> str:
     """Accept plain postgresql:// (and postgres://) URLs and drive them through psycopg 3."""
     for plain in ("postgresql://", "postgres://"):

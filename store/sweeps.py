@@ -1,4 +1,4 @@
-"""Reads of one sweep and its stored configs, and the columns a submission adds to its row."""
+"""Reads of one sweep and its stored configs."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -16,14 +16,6 @@ def get_sweep(session: Session, sweep_id: int) -> Sweep | None:
 def sweep_by_idempotency_key(session: Session, key: str) -> Sweep | None:
     """The sweep a submission with this Idempotency-Key stored, if any."""
     return session.scalar(select(Sweep).where(Sweep.idempotency_key == key))
-
-
-def set_submission(sweep: Sweep, *, queue: str, rerun_of: int | None, idempotency_key: str | None,
-                   request_sha256: str | None, submitted_by: str | None) -> None:
-    """The service's columns of a sweep being submitted (its caller's transaction stores them)."""
-    sweep.queue, sweep.rerun_of = queue, rerun_of
-    sweep.idempotency_key, sweep.request_sha256 = idempotency_key, request_sha256
-    sweep.submitted_by = submitted_by
 
 
 def unpublished_configs(session: Session, sweep_id: int) -> int:

@@ -28,7 +28,7 @@ from store import repo
 from store.coverage import prior_counts
 from store.db import IntegrityError, Session
 from store.models import Sweep
-from store.sweeps import get_sweep, set_submission, sweep_by_idempotency_key, unpublished_configs
+from store.sweeps import get_sweep, sweep_by_idempotency_key, unpublished_configs
 from sweeps.coverage import CellCounts
 from sweeps.plan import SweepPlan, plan_sweep
 from sweeps.result import ConfigResult
@@ -153,16 +153,18 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
     plan = planned(spec, device_total_memory=memory, device=device, configs=configs, request_extra=extra,
                    sanitize=sanitize, defects=tuple(sorted(defects)), prior=coverage_prior(session, spec, configs))
 
-    def store(s: Session) -> int:
-        sweep = repo.store_plan(s, plan)
-        set_submission(sweep, queue=queue, rerun_of=rerun_of, idempotency_key=key, request_sha256=digest,
-                       submitted_by=submitted_by)
+    kept: list[Sweep] = []   # the session holds it weakly: a reference spares reading it back
+
+    def store(s: Session) -> Sweep:
+        sweep = repo.store_plan(s, plan, queue=queue, rerun_of=rerun_of, idempotency_key=key, request_sha256=digest,
+                                submitted_by=submitted_by)
+        kept.append(sweep)
         if also_store is not None:
             also_store(s, sweep)
-        return sweep.id
+        return sweep
 
     try:
-        done = commit_and_publish(session, celery, settings, store)
+        done = commit_and_publish(session, celery, settings, store, plan.configs)
     except IntegrityError:
         # Two requests with one key raced: the first one's commit won; answer with its sweep.
         session.rollback()

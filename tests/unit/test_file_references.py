@@ -117,6 +117,8 @@ def named_paths(name: str, text: str) -> list[tuple[int, str]]:
     folder = Path(name).parent
     for number, line in enumerate(text.split("\n"), 1):
         for m in path_pattern().finditer(line):
+            if re.fullmatch(r"\w+/s", m.group(1)):
+                continue   # a rate (`sweeps/s`), not a path
             found += [(number, p) for p in expand(m.group(1).rstrip(".-"))]
         if name.endswith(".md"):
             for m in MD_LINK.finditer(line):
@@ -184,8 +186,10 @@ def test_a_file_named_inside_a_run_archive_must_be_in_it():
     assert missing(files) == [f"docs/example.md:1: {name}:no-such-file.txt", "docs/example.md:1: gone-run.tar.xz"]
 
 
-def test_an_ignored_output_is_no_reference():
+def test_an_ignored_output_and_a_rate_are_no_references():
     assert missing({"tests/e2e/example.py": "# screenshots land in tests/e2e/artifacts/NAME.png\n"}) == []
+    assert missing({"docs/example.md": "80 sweeps/s, 61.3 configs/s; but sweeps/sx.py is a path\n"}) == [
+        "docs/example.md:1: sweeps/sx.py"]
 
 
 def test_a_removed_script_is_named_only_by_the_evidence_index_and_is_gone():
