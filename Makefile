@@ -20,9 +20,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/attnsweep run --samples 50 $(ARGS)
 
-# The layer contract (pyproject.toml [tool.importlinter]) first, then the AMD compile gate where
-# hipcc is installed (.ci/run installs it), then the tests.
+# One line on the services the tests need (tests/services.py: up, or down and why; a test whose
+# service is down fails with that reason), the layer contract (pyproject.toml [tool.importlinter]),
+# then the AMD compile gate where hipcc is installed (.ci/run installs it), then the tests.
 test: $(STAMP)
+	@$(PY) -m tests.services
 	$(VENV)/bin/lint-imports --no-cache
 	@if command -v hipcc >/dev/null 2>&1; then $(PY) -m kernels.hipgate; \
 	else echo "hip-compile: skipped, hipcc not installed (Debian: apt-get install hipcc libamdhip64-dev)"; fi

@@ -14,12 +14,11 @@ from typing import Any, Iterable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas.common import jsonable
 from attnconfig import ConfigError
-from store.db import is_unreachable
+from store.db import DatabaseError, is_unreachable
 
 # Seconds a client is told to wait when the database cannot be reached (Retry-After).
 RETRY_AFTER_S = 5
@@ -108,8 +107,8 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = request.app.state.settings.scrub(exc.detail) if isinstance(exc.detail, str) else exc.detail
         return SafeJSONResponse({"detail": detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(SQLAlchemyError)
-    async def _database(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
+    @app.exception_handler(DatabaseError)
+    async def _database(_request: Request, exc: DatabaseError) -> JSONResponse:
         # The database is down or unreachable: 503 and when to try again, not a 500. Any other
         # database error is a bug and stays a 500.
         if not is_unreachable(exc):

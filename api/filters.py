@@ -11,25 +11,16 @@ from typing import Sequence
 from pydantic import BaseModel
 
 from api.errors import ProblemError
-from sqlalchemy import BigInteger
-
-from attnconfig.config import INT4_MAX, INT8_MAX
+from attnconfig.config import INT4_MAX
 from attnconfig.outcomes import FAILING_OUTCOMES, GATES, OUTCOMES
 from attnconfig.regimes import REGIMES
-from store.models import ConfigRun
-from store.queries import FIELD_KINDS, GROUPABLE, SORTABLE, Match, ResultFilter
+from store.queries import FIELD_KINDS, GROUPABLE, SORTABLE, Match, ResultFilter, int_bound
 
 _INT_RANGE = re.compile(r"^\s*(-?[0-9]+)?\s*:\s*(-?[0-9]+)?\s*$")
 _INT = re.compile(r"^-?[0-9]+$")
 ALIASES = {"gate": "failed_gate", "sweep": "sweep_id"}
 CHOICES = {"outcome": OUTCOMES, "failed_gate": GATES, "dtype": ("f16", "bf16", "f32", "i8"), "data_regime": REGIMES}
 NOT_FILTERS = {"label", "since", "until", "sort", "limit", "offset", "with_count", "by"}
-
-
-def int_bound(column: str) -> int:
-    """The largest value the column holds: int8 for BigInteger columns, else int4."""
-    col = ConfigRun.__table__.c.get(column)
-    return INT8_MAX if col is not None and isinstance(col.type, BigInteger) else INT4_MAX
 
 
 def _bounded_int(param: str, text: str, bound: int) -> int:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from sqlalchemy.orm import Session
 
 from api.errors import ProblemError
 from api.schemas.sweeps import SweepAccepted, SweepCreate
 from attnconfig import AttentionConfig
 from settings import Settings
+from store.db import Session
 from submit.sweep import IDEMPOTENCY_FIELD, SubmitError, Submission
 from submit.sweep import submit_sweep as submit_use_case
 

@@ -2,7 +2,7 @@
 flash, with the copy and read-only stream ceilings measured in the same run and, per shape, the
 read-only stream's bandwidth over that shape's bytes alone (launch and ramp included).
 
-    python bench/plot_kernels.py RUN_DIR/kernels.json docs/evidence/kernels.png
+    python bench/plot_kernels.py RUN_DIR/kernels.json RUN_DIR/kernels.png
 """
 from __future__ import annotations
 

@@ -3,63 +3,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
-from attnconfig.outcomes import FAILING_OUTCOMES, METRIC_KEYS
+from attnconfig.outcomes import METRIC_KEYS
 from ci.verdict import bisections_text, failures_text, judge, new_bugs
 from store import bisections as bisection_store
 from store import clusters as triage_store
 from store import repo
-from store.queries import failure_rate
+from store.ci import base_sweep, failing_hashes, failing_runs
+from store.db import Session
 from store.models import ConfigRun, Sweep
-
-
-def sweep_for_commit(session: Session, commit_sha: str, repository: str | None = None,
-                     event: str | None = None) -> Sweep | None:
-    """The newest CI sweep of a commit (a push and a pull request may both have swept it)."""
-    q = select(Sweep).where(Sweep.commit_sha == commit_sha, Sweep.event.is_not(None))
-    if repository is not None:
-        q = q.where(Sweep.repository == repository)
-    if event is not None:
-        q = q.where(Sweep.event == event)
-    return session.scalars(q.order_by(Sweep.id.desc()).limit(1)).first()
-
-
-def base_sweep(session: Session, sweep: Sweep) -> Sweep | None:
-    """The latest finished push sweep of a pull request's base branch in the same repository."""
-    if sweep.event != "pull_request" or not sweep.base_ref:
-        return None
-    q = (select(Sweep)
-         .where(Sweep.repository == sweep.repository, Sweep.ref == sweep.base_ref, Sweep.status == "done",
-                Sweep.event == "push", Sweep.id != sweep.id)
-         .order_by(Sweep.finished_at.desc(), Sweep.id.desc()).limit(1))
-    return session.scalars(q).first()
-
-
-def before_sweep(session: Session, sweep: Sweep) -> Sweep | None:
-    """The latest finished push sweep of a push's `before` commit in the same repository: what
-    its failures are new against (workers/bisect.py)."""
-    before = ((sweep.request or {}).get("ci") or {}).get("before")
-    if sweep.event != "push" or not before:
-        return None
-    q = (select(Sweep)
-         .where(Sweep.repository == sweep.repository, Sweep.commit_sha == before, Sweep.status == "done",
-                Sweep.event == "push", Sweep.id != sweep.id)
-         .order_by(Sweep.finished_at.desc(), Sweep.id.desc()).limit(1))
-    return session.scalars(q).first()
-
-
-def failing_runs(session: Session, sweep_id: int) -> list[ConfigRun]:
-    return list(session.scalars(
-        select(ConfigRun).where(ConfigRun.sweep_id == sweep_id, ConfigRun.state == "done",
-                                ConfigRun.outcome.in_(FAILING_OUTCOMES)).order_by(ConfigRun.seq)))
-
-
-def failing_hashes(session: Session, sweep_id: int) -> set[str]:
-    return set(session.scalars(
-        select(ConfigRun.config_hash).where(ConfigRun.sweep_id == sweep_id, ConfigRun.state == "done",
-                                            ConfigRun.outcome.in_(FAILING_OUTCOMES))))
+from store.queries import failure_rate
 
 
 def bug_members(session: Session, sweep_id: int) -> list[set[str]] | None:
@@ -131,21 +83,3 @@ def bisection_brief(row: Any) -> dict[str, Any]:
             "first_bad": row.first_bad,
             "candidates": row.candidates or [], "configs": len(row.configs or []), "error": row.error,
             "url": f"/bisect/{row.id}"}
-
-
-def ci_sweeps(session: Session, repository: str | None, limit: int, offset: int) -> list[Sweep]:
-    """CI sweeps, newest first."""
-    q = select(Sweep).where(Sweep.event.is_not(None))
-    if repository is not None:
-        q = q.where(Sweep.repository == repository)
-    return list(session.scalars(q.order_by(Sweep.id.desc()).offset(offset).limit(limit)))
-
-
-def ci_repositories(session: Session) -> list[tuple[str, int, Sweep]]:
-    """(repository, CI sweeps, newest CI sweep) of every repository that sent an event, by name."""
-    from sqlalchemy import func
-
-    rows = session.execute(select(Sweep.repository, func.count(), func.max(Sweep.id))
-                           .where(Sweep.event.is_not(None), Sweep.repository.is_not(None))
-                           .group_by(Sweep.repository).order_by(Sweep.repository)).all()
-    return [(repo_name, n, session.get(Sweep, newest)) for repo_name, n, newest in rows]

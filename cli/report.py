@@ -11,19 +11,19 @@ from attnconfig.outcomes import OUTCOMES
 from store import repo
 from store.coverage import sweep_coverage
 from store.db import session_scope
-from store.models import Sweep
+from store.sweeps import backend_that_ran, get_sweep
 from sweeps.coverage import coverage_summary
 
 
 def sweep_report(url: str, sweep_id: int, wall_s: float) -> dict[str, Any]:
     with session_scope(url) as s:
-        sweep = s.get(Sweep, sweep_id)
+        sweep = get_sweep(s, sweep_id)
         counts = repo.sweep_counts(s, sweep_id)
         return {
             "sweep_id": sweep_id,
             "seed": sweep.seed,
             "label": sweep.label,
-            "backend": _backend_of(s, sweep_id, sweep.backend),
+            "backend": backend_that_ran(s, sweep_id) or sweep.backend,   # auto: the backend that really ran
             "device": sweep.device,
             "configs_total": counts["configs_total"],
             "configs_run": counts["configs_done"],
@@ -36,16 +36,6 @@ def sweep_report(url: str, sweep_id: int, wall_s: float) -> dict[str, Any]:
             "configs_per_s": round(counts["configs_done"] / wall_s, 3) if wall_s > 0 else None,
             "coverage": sweep_coverage(s, sweep_id),
         }
-
-
-def _backend_of(s, sweep_id: int, requested: str) -> str:  # noqa: ANN001
-    """The backend that really ran (auto resolves to cuda, hip or cpu)."""
-    from sqlalchemy import select
-
-    from store.models import ConfigRun
-
-    ran = s.scalar(select(ConfigRun.backend).where(ConfigRun.sweep_id == sweep_id, ConfigRun.backend.is_not(None)).limit(1))
-    return ran or requested
 
 
 def print_summary(console: Console, url: str, sweep_id: int, report: dict[str, Any]) -> None:

@@ -182,7 +182,7 @@ def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:
 def shrink(
     config: str = typer.Option(..., "--config", help="a failing config as JSON, or @file"),
     backend: str = typer.Option("cpu", "--backend", help=BACKEND_HELP),
-    defect: list[str] = typer.Option([], "--defect", help="a defect switch to compile in (repeatable; kernels/backend.py DEFECTS)"),
+    defect: list[str] = typer.Option([], "--defect", help="a defect switch to compile in (repeatable; kernels/defects.py DEFECTS)"),
     max_runs: int = MAX_RUNS,
     max_seconds: float = MAX_SECONDS,
     time_limit: float = TIME_LIMIT,

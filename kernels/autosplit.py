@@ -5,14 +5,14 @@ leave SMs idle. FlashAttention's `num_splits_heuristic` weighs this by wave effi
 `units` blocks per split and `slots` blocks the GPU runs at once, s splits fill
 n = units * s / slots waves, and the last wave is n / ceil(n) full. It takes the smallest s
 whose efficiency is within a share of the best (85%), among split counts that change the keys
-per split. Two changes, both from the H200 (bench/kernels.py, 2026-12-04; docs/decisions.md):
+per split. Two changes, each measured faster (docs/decisions.md, "Automatic split count"):
 - the efficiency also counts the last split's part-empty tile: a block's time is its split's
   ceil(key_tiles / s) tiles, so efficiency = ideal / (ceil(n) * ceil(key_tiles / s)) with
   ideal = units * key_tiles / slots. Without it, 61 splits of 1024 tiles (17 tiles each) rate
-  as well as 64 (16 each), 6% slower.
+  as well as 64 (16 each), which finish sooner.
 - the share is 95%: FlashAttention's compute-bound blocks lose little in a part-empty wave, our
-  latency-bound decode blocks do. 85% picked 7 splits for (8,32,8,32768,128) where 8 ran 13%
-  faster.
+  latency-bound decode blocks do (85% picks 7 splits for (8,32,8,32768,128), where 8 are
+  faster).
 We count slots as SMs x resident blocks per SM (several of our blocks share an SM), and a split
 needs at least one tile of keys (`tile_keys`, the keys a block reads per step). A third change
 for the memory-bound mma decode kernel: it does not split when its unsplit blocks already fill
@@ -28,21 +28,16 @@ from typing import Any, Mapping
 from attnconfig import AttentionConfig
 
 # FlashAttention's cap. With the mma decode tile of 128 keys, a cap of 256 gave (1,8,1,65536,128)
-# 256 splits of 2 tiles each, 7% slower than 128 splits of 4 (H200, 2026-12-04, bench/kernels.py):
-# a block that streams only two tiles spends as long starting and ending as reading, and the
-# combine reads twice the partials.
+# 256 splits of 2 tiles each, slower than 128 splits of 4: a block that streams only two tiles
+# spends as long starting and ending as reading, and the combine reads twice the partials.
 DEFAULT_MAX_SPLITS = 128
 EFFICIENCY_SHARE = 0.95
 # Blocks per SM of the mma kernel that already stream at the memory's speed: two resident
-# blocks per SM read as fast as three (H200: 256 blocks of 2048 keys ran in 44 µs unsplit, 52 µs
-# in 3 splits; bench/kernels.py, 2026-12-04).
+# blocks per SM read as fast as three.
 MMA_SATURATING_BLOCKS_PER_SM = 2
 # Up to head dims 128 (dqk + dv buckets up to 256) one decode block per SM does: 128 unsplit
-# blocks ran as fast as or faster than 2 splits of them, on the H200 (16,64,8,8192,128) 127.5-127.8 against
-# 129.9-131.1 µs, (4,32,32,16384,128) 247.8-248.8 against 247.6-247.7 (2026-12-05), and on an
-# H100 179.7 against 182.1 and 353.3 against 355.8 µs (2026-12-05; docs/decisions.md, "Automatic
-# split count"). At D = 256 two are needed: on the H200 (8,32,8,32768,256) ran
-# 535-536 µs in 128 blocks (2 splits), 497-498 in 256 (4).
+# blocks run as fast as 2 splits of them or faster. At D = 256 two are needed. The timings behind
+# these three constants: docs/decisions.md, "Automatic split count".
 MMA_DECODE_STREAMING_DIMS = 256
 
 

@@ -13,7 +13,7 @@ and exits 1 on any failure, 2 when hipcc is missing.
 (the .text instructions, not the code object: its metadata holds temporary paths) per target
 and defect set; `--compare FILE` compiles again and compares with such a file, so a change that
 must not alter the generated code (a move, a refactor of the source) shows that it does not:
-exit 1 if any function of a build without defects differs. (tools/sass_diff does the same for
+exit 1 if any function of a build without defects differs. (tools/sass_diff.py does the same for
 NVIDIA's SASS on a GPU machine.)
 
 ROCm 5.2's device libraries (Debian's rocm-device-libs) predate gfx1100: for a target the

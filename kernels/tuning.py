@@ -13,9 +13,9 @@ GROUPED_MAX_ROWS = 4
 # in registers (docs/decisions.md, "The tensor-core path").
 MMA_Q_SMEM_FROM = 256
 
-# Prefill's key tile and softmax exponentials by the head dims' buckets summed (qk + v), measured
-# with bench/tune_mma.py --prefill on an H100 at 4096², h32 (docs/decisions.md, "Prefill tiles
-# and exponentials by head dim"): (summed dims up to, keys a tile, ATTN_MMA_EXP2).
+# Prefill's key tile and softmax exponentials by the head dims' buckets summed (qk + v), the
+# fastest of tools/tune_mma.py --prefill (docs/decisions.md, "Prefill tiles and exponentials by
+# head dim"): (summed dims up to, keys a tile, ATTN_MMA_EXP2).
 #   <= 64:  64 keys
 #   <= 128: 128 keys and ATTN_MMA_EXP2 (FlashAttention 2's one FFMA and one ex2 a score)
 #   <= 256: 128 keys, expf (EXP2 slows this one)
@@ -27,8 +27,8 @@ MMA_PREFILL_TILE_N_PAST = 32
 # split over key groups).
 MMA_DECODE_ROWS = 16
 # The mma path's decode shapes by head-dim buckets (dqk + dv): keys per tile, warps splitting a
-# tile's keys, blocks per SM its register budget must allow. Measured on the H200 with
-# bench/tune_mma.py (docs/decisions.md, "The tensor-core path").
+# tile's keys, blocks per SM its register budget must allow: the fastest of tools/tune_mma.py
+# (docs/decisions.md, "The tensor-core path").
 MMA_DECODE_SHAPES = (   # (dqk + dv up to, tile_n, key_groups, min_blocks)
     (128, 128, 4, 2),
     (256, 128, 4, 2),
@@ -37,11 +37,11 @@ MMA_DECODE_SHAPES = (   # (dqk + dv up to, tile_n, key_groups, min_blocks)
 
 # The mma decode kernel's fused combine (launch.fuses_combine): one level (the last block of a
 # row tile reads every split) up to FUSED_COMBINE_ONE_LEVEL splits, two levels past it up to
-# FUSED_COMBINE_MAX_SPLITS; past that the combine kernel runs. The one level ran faster than the
-# combine kernel at 3 and 6 splits and slower at 47; the two levels pass the GPU tests but ran
-# slower than the combine kernel on the H200 and the H100 (docs/decisions.md, "Decode's fixed
-# costs: the combine"), so the maximum equals the one level's: the two-level code runs in the
-# tests (launch.fuses_combine's max_splits) alone.
+# FUSED_COMBINE_MAX_SPLITS; past that the combine kernel runs. The one level is faster than the
+# combine kernel at few splits and slower at many; the two levels pass the GPU tests but are
+# slower than the combine kernel (docs/decisions.md, "Decode's fixed costs: the combine"), so the
+# maximum equals the one level's: the two-level code runs in the tests (launch.fuses_combine's
+# max_splits) alone.
 FUSED_COMBINE_ONE_LEVEL = 8
 FUSED_COMBINE_MAX_SPLITS = 8
 

@@ -199,8 +199,8 @@ def _round_bf16_ties_once(x: np.ndarray, t: np.ndarray, out: np.ndarray, ties: n
     """The finite elements whose float32 t is a halfway point between two bfloat16 values,
     rounded once from x: x lies between the two (within half a float32 step of t), so it takes
     the one on its side of t, and the even one where x is t itself. Not ml_dtypes' float64
-    cast: some of its versions go through float32 themselves (the GPU host's did, 2026-12-05),
-    and the inputs of a bf16 config would then differ between machines."""
+    cast: its versions before 0.7 go through float32 themselves, and the inputs of a bf16
+    config would then differ between machines."""
     where = np.flatnonzero(ties)
     if where.size:
         below = (t.view(np.uint32)[where] >> np.uint32(16)).astype(np.uint16)   # toward zero, sign kept

@@ -7,7 +7,8 @@ same passes run over slices of 2^15 elements, whose temporaries stay in the core
 block stays the unit of the one sum (the squared differences of a block go to one block-sized
 buffer and one np.dot, as before); everything else is a maximum or a count, exact in any order.
 So every metric keeps its bits: tests/unit/reference/test_reference_fastpaths.py pins these
-paths to the plain formulas, and bench/host_phases.py compares them with the block-wise code.
+paths to the plain formulas; the host time they save against the block-wise code is in
+docs/evidence/README.md (host-2026-12-04).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Three things live here: where each split starts and ends (per batch entry), which splits a
 query row can see (valid_splits), and the per-split online softmax over block_n key tiles
 that produces the f32 partials, with the two combines of the partials. The kernel defects
-of kernels/backend.py DEFECTS are switches on this same code, so the emulation differs from
+of kernels/defects.py DEFECTS are switches on this same code, so the emulation differs from
 the reference only where a defect says so.
 """
 from __future__ import annotations

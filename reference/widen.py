@@ -5,7 +5,8 @@ from a strided view), as long as a small matmul per element. Every float16 value
 2^16 bit patterns, so a table of their float32 values built once by that same cast answers
 with a gather (about 0.85 ns). bfloat16 is the upper half of a float32: widening is a shift
 (0.2 ns against ml_dtypes' 0.45). The reference widens every stored Q, K, V and bias element
-it reads, the verifier every float16 output (bench/host_phases.py times it).
+it reads, the verifier every float16 output (the host time this saved a config:
+docs/evidence/README.md, host-2026-12-04).
 """
 from __future__ import annotations
 

@@ -115,6 +115,12 @@ def fail(session: Session, bisection_id: int, token: int | None, error: str, *,
     return session.execute(update(Bisection).where(cond).values(**values)).rowcount == 1
 
 
+def queued_backend(session: Session, bisection_id: int) -> str | None:
+    """The backend of a queued bisection (its task's queue); None when it is not queued."""
+    row = session.get(Bisection, bisection_id)
+    return row.backend if row is not None and row.status == "queued" else None
+
+
 def mark_enqueued(session: Session, bisection_id: int) -> None:
     session.execute(update(Bisection).where(Bisection.id == bisection_id).values(enqueued_at=now()))
 

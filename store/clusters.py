@@ -132,6 +132,12 @@ def _finish(session: Session, sweep_id: int, status: str, *, runs: int | None = 
     session.flush()
 
 
+def triage_backend(session: Session, sweep_id: int) -> str | None:
+    """The backend of the sweep whose triage is to be published (its task's queue); None when there is no such sweep."""
+    sweep = session.get(Sweep, sweep_id)
+    return sweep.backend if sweep is not None else None
+
+
 def mark_enqueued(session: Session, sweep_id: int) -> None:
     session.execute(update(SweepTriage).where(SweepTriage.sweep_id == sweep_id).values(enqueued_at=now()))
 

@@ -9,6 +9,12 @@ from sqlalchemy import create_engine, event, exc as sa_exc, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+# What the layers above name without SQLAlchemy of their own: `Session` (the argument of every
+# store function), the error of a write that broke a unique or foreign key (a racing duplicate),
+# and any database error.
+IntegrityError = sa_exc.IntegrityError
+DatabaseError = sa_exc.SQLAlchemyError
+
 def connect_timeout_s() -> int:
     """Seconds a new PostgreSQL connection may take (settings.db_connect_timeout_s): with the
     server down or unreachable, a request or a task fails within this and is answered 503 or
@@ -27,6 +33,11 @@ def is_unreachable(error: BaseException) -> bool:
     if isinstance(error, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)):
         return True
     return isinstance(error, sa_exc.DBAPIError) and bool(error.connection_invalidated)
+
+
+def ping(session: Session) -> None:
+    """One round trip to the database; raises DatabaseError when it does not answer."""
+    session.execute(text("SELECT 1"))
 
 
 def check_writable(session: Session) -> None:

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
-from sqlalchemy import Select, and_, case, func, select
+from sqlalchemy import BigInteger, Select, and_, case, func, select
 from sqlalchemy.orm import Session
 
+from attnconfig.config import INT4_MAX, INT8_MAX
 from attnconfig.outcomes import COUNT_METRICS, FAILING_OUTCOMES, FLOAT_METRICS, OUTCOMES
 from store.models import ConfigRun, FilterCount, Sweep
 
@@ -33,6 +34,12 @@ FIELD_KINDS: dict[str, str] = {**dict.fromkeys(INT_FIELDS, "int"), **dict.fromke
 GROUPABLE = tuple(f for f in FIELD_KINDS if f not in ("config_hash", "data_seed", "outcome", "state"))
 TIMING_FIELDS = ("compile_s", "inputs_s", "run_s", "reference_s", "verify_s", "total_s")
 SORTABLE = ("finished_at", "id", "seq", *INT_FIELDS, "dtype", "outcome", "failed_gate", *FLOAT_METRICS, *COUNT_METRICS, *TIMING_FIELDS)
+
+
+def int_bound(column: str) -> int:
+    """The largest value a config_runs column holds: int8 for BigInteger columns, else int4."""
+    col = ConfigRun.__table__.c.get(column)
+    return INT8_MAX if col is not None and isinstance(col.type, BigInteger) else INT4_MAX
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from celery import Celery
-from sqlalchemy.orm import Session
 
 from settings import Settings
+from store.db import Session
 from store import bisections as stored
 from workers.app import queue_kind
-from workers.bisect import publish_bisection
+from workers.publish import publish_background
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,6 @@ def submit_bisection(session: Session, celery: Celery, settings: Settings, *, re
                                   defects=list(defects), err_ratio_gate=err_ratio_gate, submitted_by=submitted_by)
     bisection_id = row.id
     session.commit()
-    published = publish_bisection(session, celery, settings, bisection_id)
+    published = publish_background(session, celery, settings, "bisection", bisection_id)
     session.commit()
     return BisectionAccepted(bisection_id, "queued", settings.queue_name(queue_kind(backend)), published)

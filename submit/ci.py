@@ -19,15 +19,13 @@ from dataclasses import dataclass
 
 from celery import Celery
 from pydantic import ValidationError
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-
 from ci.events import CiEvent
 from kernelsrc.git import read_kernels
 from settings import Settings
 from store.bundles import save_bundle
-from store.models import CiDelivery, Sweep
+from store.ci import delivered_sweep, store_ci_event
+from store.db import IntegrityError, Session
+from store.models import Sweep
 from submit.sweep import submit_sweep
 from sweeps.spec import SweepSpec, SweepSpecError
 
@@ -62,12 +60,9 @@ def ci_spec(settings: Settings, event: CiEvent | None = None) -> SweepSpec:
 
 
 def _replay(session: Session, delivery_id: str, body_sha256: str | None = None) -> Started | None:
-    delivery = session.get(CiDelivery, delivery_id)
-    if delivery is None and body_sha256 is not None:
-        delivery = session.scalar(select(CiDelivery).where(CiDelivery.body_sha256 == body_sha256))
-    if delivery is None:
+    sweep = delivered_sweep(session, delivery_id, body_sha256)
+    if sweep is None:
         return None
-    sweep = session.get(Sweep, delivery.sweep_id)
     return Started(sweep.id, True, sweep.configs_total, 0, sweep.source_hash, sweep.queue)
 
 
@@ -90,9 +85,9 @@ def start_ci_sweep(session: Session, celery: Celery, settings: Settings, event: 
         request_extra["ci"]["before"] = event.before
 
     def also_store(s: Session, sweep: Sweep) -> None:
-        sweep.repository, sweep.ref, sweep.commit_sha, sweep.event = event.repository, event.ref, event.commit_sha, event.event
-        sweep.base_ref, sweep.pr_number, sweep.source_hash = event.base_ref, event.pr_number, save_bundle(s, source)
-        s.add(CiDelivery(delivery_id=delivery_id, event=event.event, sweep_id=sweep.id, body_sha256=body_sha256))
+        store_ci_event(s, sweep, delivery_id=delivery_id, body_sha256=body_sha256, event=event.event,
+                       repository=event.repository, ref=event.ref, commit_sha=event.commit_sha, base_ref=event.base_ref,
+                       pr_number=event.pr_number, source_hash=save_bundle(s, source))
 
     try:
         done = submit_sweep(session, celery, settings, ci_spec(settings, event), extra_request=request_extra,

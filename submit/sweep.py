@@ -22,15 +22,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-
 from attnconfig import AttentionConfig
 from settings import Settings
 from store import repo
 from store.coverage import prior_counts
-from store.models import ConfigRun, Sweep
+from store.db import IntegrityError, Session
+from store.models import Sweep
+from store.sweeps import get_sweep, sweep_by_idempotency_key, unpublished_configs
 from sweeps.coverage import CellCounts
 from sweeps.plan import SweepPlan, plan_sweep
 from sweeps.result import ConfigResult
@@ -105,7 +103,7 @@ def request_digest(spec: SweepSpec, configs: Sequence[AttentionConfig] | None, e
 
 
 def _earlier(session: Session, key: str, digest: str) -> Sweep | None:
-    sweep = session.scalar(select(Sweep).where(Sweep.idempotency_key == key))
+    sweep = sweep_by_idempotency_key(session, key)
     if sweep is not None and sweep.request_sha256 != digest:
         raise SubmitError([(IDEMPOTENCY_FIELD, f"{key!r} was used by sweep {sweep.id} with another request; "
                                                "use a new key for a new request")])
@@ -113,8 +111,7 @@ def _earlier(session: Session, key: str, digest: str) -> Sweep | None:
 
 
 def _replayed(session: Session, sweep: Sweep) -> Submission:
-    waiting = session.scalar(select(func.count()).select_from(ConfigRun).where(
-        ConfigRun.sweep_id == sweep.id, ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None))) or 0
+    waiting = unpublished_configs(session, sweep.id)
     return Submission(sweep, 0, waiting == 0, True, sweep.draws, repo.sweep_counts(session, sweep.id)["filtered"])
 
 
@@ -175,7 +172,7 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
         if earlier is None:
             raise
         return _replayed(session, earlier)
-    return Submission(session.get(Sweep, done.sweep_id), done.tasks, done.published, False, plan.draws, plan.filtered)
+    return Submission(get_sweep(session, done.sweep_id), done.tasks, done.published, False, plan.draws, plan.filtered)
 
 
 def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: int | None, device: str | None,

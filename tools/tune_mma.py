@@ -1,5 +1,5 @@
 """Measure the mma path's decode shape on the GPU: keys per tile, warps per tile and blocks per
-SM (kernels/variants.py MMA_DECODE_SHAPES), with the automatic split sized to each.
+SM (kernels/tuning.py MMA_DECODE_SHAPES), with the automatic split sized to each.
 
     python tools/tune_mma.py --out $OUT [--iters 20] [--dtypes f16]
 

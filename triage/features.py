@@ -1,7 +1,7 @@
 """The facts about a config that explain failures: its fields and what the split arithmetic makes of them.
 
 A kernel bug is triggered by a condition on the config, but seldom by a field alone: the
-split-KV defects of kernels/backend.py show when a split holds no key block, when the blocks do
+split-KV defects of kernels/defects.py show when a split holds no key block, when the blocks do
 not divide evenly among the splits, or when a row cannot see any key of a split (docs/spec.md
 §3). Those derived facts are computed here with the kernels' own arithmetic
 (reference/splits.py: n_blocks, blocks_per_split), per batch entry and per query row, for the

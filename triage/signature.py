@@ -30,7 +30,7 @@ from sweeps.policy import partials_hold
 
 NO_FAMILY = "-"  # a result without a variant: it timed out or never reached prepare
 COMBINE = "combine"  # the location of a failure of the split-KV combine, whatever the family
-PATHS = ("grouped", "mma")  # variant name suffixes (kernels/variants.py Variant.name); none: rowwise
+PATHS = ("grouped", "mma")  # variant name suffixes (kernels/select.py Variant.name); none: rowwise
 NUMERIC_OUTCOMES = ("fail", "nan")
 ATTRIBUTED_OUTCOMES = ("fault", "timeout", "unsafe")  # located by what their detail names
 

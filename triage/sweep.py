@@ -12,13 +12,12 @@ import shlex
 from collections import Counter
 from typing import Any, Sequence
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from attnconfig import parse_config
 from attnconfig.outcomes import METRIC_KEYS
-from kernels.source import KernelSource
-from store.models import ConfigRun, SourceBundle, Sweep
+from store.bundles import load_bundle
+from store.db import Session
+from store.models import Sweep
+from store.sweeps import get_sweep, judged_backends_and_reproducers, judged_runs
 from sweeps.result import at_commit, reproducer_command
 from triage.attempt import Runner
 from triage.classify import DEFAULT_REPEATS, DEFAULT_SEEDS, classify
@@ -32,8 +31,7 @@ class SweepNotFound(LookupError):
 
 def sweep_rows(session: Session, sweep_id: int) -> list[ResultRow]:
     """The sweep's judged configs (queued ones have no outcome yet and are left out)."""
-    runs = session.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id, ConfigRun.outcome.is_not(None))
-                           .order_by(ConfigRun.seq)).all()
+    runs = judged_runs(session, sweep_id)
     return [ResultRow(parse_config(r.config), r.outcome, r.failed_gate, r.variant, r.block_n,
                       {k: getattr(r, k) for k in METRIC_KEYS}, r.gates, r.detail) for r in runs]
 
@@ -53,18 +51,14 @@ def sweep_defects(sweep: Sweep, reproducers: Sequence[str | None]) -> frozenset[
 def sweep_runner(session: Session, sweep_id: int, backend: str | None = None, *,
                  time_limit_s: float | None = 30.0) -> Runner:
     """A Runner that runs configs as the sweep did: backend, defects, source bundle, err_ratio gate."""
-    sweep = session.get(Sweep, sweep_id)
+    sweep = get_sweep(session, sweep_id)
     if sweep is None:
         raise SweepNotFound(f"sweep {sweep_id}: no such sweep")
-    stored = session.execute(select(ConfigRun.backend, ConfigRun.reproducer)
-                             .where(ConfigRun.sweep_id == sweep_id, ConfigRun.outcome.is_not(None))).all()
+    stored = judged_backends_and_reproducers(session, sweep_id)
     if backend is None:
         named = Counter(b for b, _ in stored if b)
         backend = named.most_common(1)[0][0] if named else sweep.backend
-    source = None
-    if sweep.source_hash:
-        bundle = session.get(SourceBundle, sweep.source_hash)
-        source = KernelSource.from_files(bundle.files) if bundle is not None else None
+    source = load_bundle(session, sweep.source_hash) if sweep.source_hash else None
     request = sweep.request or {}
     return Runner(backend, sweep_defects(sweep, [r for _, r in stored[:1]]), source,
                   err_ratio_gate=request.get("err_ratio_gate"), time_limit_s=time_limit_s)
@@ -108,7 +102,7 @@ def triage_sweep(session: Session, sweep_id: int, backend: str | None = None, *,
     with a shrunk reproducer and its classification. Raises SweepNotFound."""
     runner = sweep_runner(session, sweep_id, backend, time_limit_s=time_limit_s)
     clusters = cluster_results(sweep_rows(session, sweep_id))
-    commit = session.get(Sweep, sweep_id).commit_sha
+    commit = get_sweep(session, sweep_id).commit_sha
     try:
         return triage_clusters(clusters, runner, shrink_configs=shrink_configs, classify_configs=classify_configs,
                                max_runs=max_runs, max_seconds=max_seconds, repeats=repeats, seeds=seeds,

@@ -39,7 +39,7 @@ from store.db import is_unreachable, session_scope
 from store.clusters import signature_label
 from store.models import Bisection, ConfigRun, Sweep
 from store.repo import now
-from workers.publish import send_background_task
+from workers.publish import publish_background
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -163,28 +163,13 @@ def record_failure(url: str, bisection_id: int, reason: str) -> None:
 
 
 # --- publishing -----------------------------------------------------------------------------------
-def publish_bisection(session: Session, celery: Celery, settings: Settings, bisection_id: int) -> bool:
-    """Publish the task of a queued bisection to its backend's queue and mark it published (the
-    caller commits). False when the broker did not take it (the reconciler tries again)."""
-    row = session.get(Bisection, bisection_id)
-    if row is None or row.status != "queued":
-        return False
-    from workers.app import TASK_BISECT
-
-    if not send_background_task(celery, settings, TASK_BISECT, bisection_id, row.backend,
-                                settings.bisect_time_limit_s, f"bisection={bisection_id}"):
-        return False
-    stored.mark_enqueued(session, bisection_id)
-    return True
-
-
 def publish_pending(session: Session, celery: Celery, settings: Settings) -> int:
     """Put back the bisections whose worker died, then publish every queued one not published."""
     requeued = stored.requeue_stale(session, lambda row: stale_after_s(settings, len(row.configs or [])))
     if requeued:
         log.warning("bisections %s: no heartbeat from their workers; queued again", requeued)
     session.commit()
-    done = sum(publish_bisection(session, celery, settings, b) for b in stored.unpublished(session))
+    done = sum(publish_background(session, celery, settings, "bisection", b) for b in stored.unpublished(session))
     session.commit()
     return done
 
@@ -232,7 +217,7 @@ def plan_ci_bisections(url: str, sweep_id: int, settings: Settings,
     """The bisections a finished CI push sweep is owed (Bisection columns), `error` ones when the
     repository cannot be read here; empty when it is owed none (see the module docstring).
     `clusters`: the triage's (Cluster.to_dict(), largest first), None when the triage failed."""
-    from ci.status import before_sweep, failing_hashes, failing_runs
+    from store.ci import before_sweep, failing_hashes, failing_runs
     from kernelsrc.git import KernelRepoError, first_parent_commits
 
     if settings.ci_bisect_clusters == 0:

@@ -11,11 +11,11 @@ the renewals stop and its tasks go back on the queue `visibility_timeout` second
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from settings import Settings
 from workers.app import redis_client
+from workers.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
 
@@ -58,24 +58,10 @@ def renew(settings: Settings, tags: set[str]) -> int:
         client.close()
 
 
-class LeaseRenewer:
+class LeaseRenewer(PeriodicThread):
+    """Renews the leases of the tasks this worker holds every `lease_renew_s`; with the broker
+    away, tries again after a second."""
+
     def __init__(self, settings: Settings):
-        self.settings = settings
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="attnsweep-lease", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _loop(self) -> None:
-        interval = self.settings.lease_renew_s
-        while not self._stop.wait(interval):
-            try:
-                renew(self.settings, held_delivery_tags())
-                interval = self.settings.lease_renew_s
-            except Exception as exc:  # noqa: BLE001 - the broker is away: try again soon
-                log.warning("renewing task leases failed: %s: %s", type(exc).__name__, exc)
-                interval = 1.0
+        super().__init__("attnsweep-lease", settings.lease_renew_s, lambda: renew(settings, held_delivery_tags()),
+                         what="renewing task leases", retry_s=1.0)

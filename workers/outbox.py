@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -53,6 +52,7 @@ from workers.app import CI_PRIORITY, PRIORITY_STEPS, SWEEP_PRIORITY, TASK_RUN_CO
 from workers.bisect import publish_pending as publish_bisections
 from workers.triage import publish_pending as publish_triage
 from workers.enqueue import enqueue_configs
+from workers.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ def finish_complete(session: Session) -> int:
     return len(ended)
 
 
-class ReconcilerThread:
+class ReconcilerThread(PeriodicThread):
     """Runs the reconciler every RECONCILE_INTERVAL_S in a daemon thread of the worker's main
     process; a pass that fails (broker or database away) is logged and the next one tries again."""
 
@@ -352,25 +352,13 @@ class ReconcilerThread:
 
         self.reconciler = Reconciler(settings, celery)
         self.sessions = session_factory(settings.database_url)
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="attnsweep-reconciler", daemon=True)
+        super().__init__("attnsweep-reconciler", interval_s, self.run_pass, what="reconciler pass")
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            t0 = time.monotonic()
-            try:
-                done = self.reconciler.run_once(self.sessions)
-                if any(done.values()):
-                    log.info("reconciler: %s (%.1f s)", done, time.monotonic() - t0)
-            except Exception as exc:  # noqa: BLE001 - the next pass retries
-                log.warning("reconciler pass failed: %s: %s", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+    def run_pass(self) -> None:
+        t0 = time.monotonic()
+        done = self.reconciler.run_once(self.sessions)
+        if any(done.values()):
+            log.info("reconciler: %s (%.1f s)", done, time.monotonic() - t0)
 
 
 def queued_live_count(session: Session) -> int:

@@ -15,7 +15,6 @@ import platform
 import socket
 import subprocess
 import sys
-import threading
 from contextlib import contextmanager
 from dataclasses import asdict
 from importlib import metadata
@@ -28,6 +27,7 @@ from sqlalchemy.pool import NullPool
 from settings import Settings
 from store import repo
 from store.db import normalize_url
+from workers.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +80,18 @@ def registration(name: str, queue: str, gpu: int | None, concurrency: int, info:
     }
 
 
-class Heartbeat:
-    """Registers the worker, then refreshes last_heartbeat every `heartbeat_s` until stopped."""
+class Heartbeat(PeriodicThread):
+    """Registers the worker, then refreshes last_heartbeat every `heartbeat_s` until stopped; a
+    database hiccup must not end the worker: the next beat retries."""
 
     def __init__(self, settings: Settings, row: dict[str, Any]):
         self.settings = settings
         self.row = dict(row)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="attnsweep-heartbeat", daemon=True)
+        super().__init__("attnsweep-heartbeat", settings.heartbeat_s, self.beat, what=f"heartbeat of {row['name']}")
+
+    def beat(self) -> None:
+        with unpooled_session(self.settings.database_url) as s:
+            repo.heartbeat(s, self.row["name"])
 
     def start(self) -> None:
         row = dict(self.row)
@@ -95,20 +99,10 @@ class Heartbeat:
         with unpooled_session(self.settings.database_url) as s:
             repo.register_worker(s, name, **row)
         log.info("registered worker %s on queue %s (%s, %s)", name, row["queue"], row["backend"], row["device"])
-        self._thread.start()
+        super().start()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.settings.heartbeat_s):
-            try:
-                with unpooled_session(self.settings.database_url) as s:
-                    repo.heartbeat(s, self.row["name"])
-            except Exception:  # noqa: BLE001 - a database hiccup must not end the worker; the next beat retries
-                log.exception("heartbeat of %s failed", self.row["name"])
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+    def stop(self, join_s: float = 5.0) -> None:
+        super().stop(join_s)
         with unpooled_session(self.settings.database_url) as s:
             repo.heartbeat(s, self.row["name"], stopped=True)
 

@@ -30,7 +30,7 @@ from settings import Settings, get_settings
 from store import clusters as stored
 from store.db import is_unreachable, session_scope
 from store.models import Sweep
-from workers.publish import send_background_task
+from workers.publish import publish_background
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -113,34 +113,19 @@ def record_failure(url: str, sweep_id: int, reason: str, bisections: Sequence[di
 def publish_sweep_bisections(url: str, celery: Celery, settings: Settings, sweep_id: int) -> None:
     """Publish the tasks of the sweep's CI bisections that are queued and unpublished; the
     reconciler publishes those the broker does not take now."""
-    from workers.bisect import publish_bisection, queued_for_sweep
+    from workers.bisect import queued_for_sweep
 
     try:
         with session_scope(url) as s:
             for bisection_id in queued_for_sweep(s, sweep_id):
-                publish_bisection(s, celery, settings, bisection_id)
+                publish_background(s, celery, settings, "bisection", bisection_id)
     except Exception:  # noqa: BLE001 - the reconciler publishes it
         log.exception("sweep %s: its CI bisection was not published", sweep_id)
 
 
-def publish_triage(session: Session, celery: Celery, settings: Settings, sweep_id: int) -> bool:
-    """Publish the triage task of a sweep to its backend's queue and mark it published (the
-    caller commits). False when the broker did not take it (the reconciler tries again)."""
-    sweep = session.get(Sweep, sweep_id)
-    if sweep is None:
-        return False
-    from workers.app import TASK_TRIAGE
-
-    if not send_background_task(celery, settings, TASK_TRIAGE, sweep_id, sweep.backend,
-                                settings.triage_time_limit_s, f"sweep={sweep_id}"):
-        return False
-    stored.mark_enqueued(session, sweep_id)
-    return True
-
-
 def publish_pending(session: Session, celery: Celery, settings: Settings) -> int:
     """Publish every pending triage not published yet; returns how many were."""
-    done = sum(publish_triage(session, celery, settings, sid) for sid in stored.unpublished(session))
+    done = sum(publish_background(session, celery, settings, "triage", sid) for sid in stored.unpublished(session))
     session.commit()
     return done
 
@@ -155,6 +140,6 @@ def sweep_ended(settings: Settings, sweep_id: int, celery: Celery | None) -> Non
         return
     try:
         with session_scope(settings.database_url) as s:
-            publish_triage(s, celery, settings, sweep_id)
+            publish_background(s, celery, settings, "triage", sweep_id)
     except Exception:  # noqa: BLE001 - the sweep is done either way; the reconciler publishes it
         log.exception("triage of sweep %s not published", sweep_id)

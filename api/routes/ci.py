@@ -11,7 +11,8 @@ from api.deps import SessionDep
 from api.routes import junit
 from api.schemas.ci import SHA_PATTERN, CiCommit, CiCommitsQuery, CiRepository, CiStatus, CiStatusQuery
 from api.schemas.common import Message, Problems
-from ci.status import ci_repositories, ci_sweeps, commit_status, sweep_for_commit
+from ci.status import commit_status
+from store.ci import ci_repositories, ci_sweeps, sweep_for_commit
 
 router = APIRouter(tags=["ci"])
 router.include_router(junit.router)

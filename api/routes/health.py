@@ -14,10 +14,9 @@ import time
 from typing import Callable
 
 from fastapi import APIRouter, Request, Response, status
-from sqlalchemy import text
 
 from api.schemas.health import Health
-from store.db import check_writable
+from store.db import check_writable, ping
 from store.migrate import is_current
 from workers.app import redis_client
 
@@ -29,7 +28,7 @@ HEALTH_DEADLINE_S = 1.5  # both checks together; the answer goes out well within
 def _database(request: Request) -> str:
     settings = request.app.state.settings
     with request.app.state.sessions() as session:
-        session.execute(text("SELECT 1"))
+        ping(session)
         try:
             check_writable(session)
         except Exception as exc:  # noqa: BLE001 - answers, cannot write: reported as such

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from sqlalchemy import select
 
 from api.deps import SweepId, SessionDep, sweep_or_404
 from api.schemas.common import Message
 from ci import junit
-from ci.status import base_sweep, failing_hashes, junit_bugs
-from store.models import ConfigRun
+from ci.status import junit_bugs
+from store.ci import base_sweep, failing_hashes
+from store.sweeps import runs_in_order
 
 router = APIRouter(tags=["ci"])
 
@@ -23,8 +23,7 @@ def read_sweep_junit(sweep_id: SweepId, session: SessionDep) -> Response:
     sweep = sweep_or_404(session, sweep_id)
     base = base_sweep(session, sweep)
     known = failing_hashes(session, base.id) if base is not None else set()
-    runs = session.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id).order_by(ConfigRun.seq)
-                           .execution_options(yield_per=1000))
+    runs = runs_in_order(session, sweep_id)
     bugs, summary = junit_bugs(session, sweep)
     body = junit.render(sweep, runs, known=known, base_sweep_id=base.id if base is not None else None, bugs=bugs,
                         summary=summary)

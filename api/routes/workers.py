@@ -4,12 +4,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from fastapi import APIRouter
-from sqlalchemy import select
 
 from api.convert import utc
 from api.deps import SessionDep, SettingsDep
 from api.schemas.workers import WorkerPublic, WorkersPublic
-from store.models import Worker
+from store.workers import registered_workers
 
 router = APIRouter(prefix="/workers", tags=["workers"])
 
@@ -17,12 +16,9 @@ router = APIRouter(prefix="/workers", tags=["workers"])
 @router.get("", response_model=WorkersPublic)
 def read_workers(session: SessionDep, settings: SettingsDep, queue: str | None = None, alive: bool | None = None) -> WorkersPublic:
     """Every worker that ever registered (stopped and silent ones too, marked alive=false)."""
-    query = select(Worker).order_by(Worker.queue, Worker.name)
-    if queue is not None:
-        query = query.where(Worker.queue == queue)
     fresh = datetime.now(timezone.utc) - timedelta(seconds=settings.worker_stale_s)
     data = []
-    for w in session.scalars(query):
+    for w in registered_workers(session, queue):
         is_alive = w.stopped_at is None and utc(w.last_heartbeat) >= fresh
         public = WorkerPublic(
             **{k: getattr(w, k) for k in WorkerPublic.model_fields if k not in ("alive", "started_at", "last_heartbeat", "stopped_at")},

@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(NT) attn_splitkv_fwd(
 // masks, guards and defect switches are those of attn_splitkv_fwd.
 template <typename T> struct AttnVec { static constexpr int n = 16 / (int)sizeof(T); };
 
-// Tuning knobs of the grouped path (bench/tune_grouped.py measures them; the defaults won):
+// Tuning knobs of the grouped path (tools/tune_grouped.py measures them; the defaults won):
 // blocks per SM the register budget must allow, and rows a thread loads before using them.
 #ifndef ATTN_GROUPED_MIN_BLOCKS
 #define ATTN_GROUPED_MIN_BLOCKS 3
@@ -588,16 +588,14 @@ __global__ void __launch_bounds__(NT, ATTN_GROUPED_MIN_BLOCKS) attn_splitkv_fwd_
 // A thread takes four value dims of one row and reads, for up to C partials at
 // once, their LSEs and its four dims together, into registers: one round trip to L2 per chunk,
 // no shared memory and no barrier (staging the LSEs and weights in shared memory behind two
-// barriers took 12,000-15,000 cycles a level, H100, 2026-12-05). Past one
+// barriers made a level slower). Past one
 // chunk the running maximum rescales, as the split kernel's online softmax does. Partials are
 // read past L1 (__ldcg): other SMs wrote them.
 // One copy of the code for both levels (not inlined). C partials a round trip, chosen by the
-// caller per head dim (attn_splitkv_fwd_mma: COMBINE_CHUNK): on the H100's timelines
-// (bench/trace_combine.py, 2026-12-05) four made a level faster (about 9,000 cycles against
-// 15,000-17,000 for 11-12 partials of 8 rows; (8,32,8,4096,128) 1.03x cuDNN against 0.97x, two
-// machines), but the D = 256 decode kernel, which runs at the register limit, then spilled 144
-// bytes instead of 128 and ran 1.2x slower (850 against 711 µs on (8,32,8,32768,256),
-// tune_mma.py back to back on one machine).
+// caller per head dim (attn_splitkv_fwd_mma: COMBINE_CHUNK): four make a level faster than
+// sixteen, except in the D = 256 decode kernel, which runs at the register limit: there four
+// spill more and run slower, so it takes sixteen. The timings: docs/decisions.md, "Decode's
+// fixed costs: the combine".
 template <typename T, int BM, int NT, int C>
 __device__ __noinline__ void attn_combine_tile(
     const float* in_o, const float* in_lse, int count, long long step,
@@ -672,7 +670,7 @@ __device__ __noinline__ void attn_combine_tile(
 // Ordering, as cooperative groups' grid barrier does it: the block's barrier, then thread 0 alone
 // fences (releasing what every thread of the block wrote) before its atomic, and the block that
 // comes last fences again (acquiring) before the barrier that lets its threads read. (A fence in
-// every thread cost about 800 cycles a block on an H100: docs/decisions.md.)
+// every thread is slower: docs/decisions.md, "Decode's fixed costs: the combine".)
 // combine_count: per row tile, one counter (one group) or groups + 1. group_part (several
 // groups): O [groups][rows][dv], then LSE [groups][rows]. smem: one int.
 template <typename T, int BM, int NT, int C>
@@ -737,8 +735,8 @@ __device__ __noinline__ void attn_fused_combine(
 // of BN keys, the keys wn*BN/WN..: prefill runs WM = 4 warps of one row tile, decode WN key groups
 // (MMA_DECODE_SHAPES) whose softmax states merge once at the end. K and V tiles go to shared
 // memory by cp.async, V of tile t while S = Q.K^T of tile t is computed and K of tile t+1 while
-// P.V of tile t is, as FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode measured
-// no faster on the H200: docs/decisions.md.) Decode's last blocks to finish also do the
+// P.V of tile t is, as FlashAttention 2 does. (A ring of 2 to 6 K/V stages for decode is no
+// faster: docs/decisions.md, "The tensor-core path".) Decode's last blocks to finish also do the
 // combine (attn_fused_combine, above). P is rounded to T for P.V (docs/spec.md §1 allows it); l
 // sums the f32 P. MINB is the blocks per SM the register budget must allow
 // (__launch_bounds__). Split boundaries, masks, guards and defect switches are those of
@@ -755,7 +753,8 @@ __device__ __forceinline__ unsigned attn_smem_addr(const void* p) {
 
 // 16 bytes global -> shared, asynchronously; zero-filled (nothing read) when !valid.
 // The L2 fetches ATTN_CP_L2_PREFETCH bytes (128 or 256; 0: no hint) around each miss. 128, as
-// CUTLASS's SM80 cp.async does: 2-4% faster decode on the H200 (docs/decisions.md).
+// CUTLASS's SM80 cp.async does: decode is faster with the hint (docs/decisions.md, "The
+// tensor-core path").
 #ifndef ATTN_CP_L2_PREFETCH
 #define ATTN_CP_L2_PREFETCH 128
 #endif
@@ -824,8 +823,8 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 
 // 1: the key groups' merge slots pad each row of O by 8 floats and move two floats at a time.
 // Unpadded (0, to compare), the 8 rows a warp writes or reads at once start in the same bank: an
-// 8-way conflict on every access, about 3,600 cycles at the end of every decode block on an
-// H100 against 2,350 padded (docs/decisions.md).
+// 8-way conflict on every access at the end of every decode block (the cycles it costs:
+// docs/decisions.md, "Decode's fixed costs: the combine").
 #ifndef ATTN_MMA_MERGE_PAD
 #define ATTN_MMA_MERGE_PAD 1
 #endif
@@ -845,8 +844,8 @@ extern __shared__ __align__(16) unsigned char attn_mma_smem[];
 // and the ex2, and where every key of a row is visible its maximum is taken on the unscaled scores
 // (the scale is positive). m stays in natural-log units, so the merges and the LSE are as before.
 // Prefill's softmax is most of the instructions its tiles issue beside the mma and ldmatrix
-// (docs/decisions.md). kernels/tuning.py MMA_PREFILL_TABLE turns it on where an H100 ran it
-// faster (prefill, head dims summing to 128 or less); at D = 128 it spills and is slower.
+// (docs/decisions.md). kernels/tuning.py MMA_PREFILL_TABLE turns it on where it is faster
+// (prefill, head dims summing to 128 or less); at D = 128 it spills and is slower.
 #ifndef ATTN_MMA_EXP2
 #define ATTN_MMA_EXP2 0
 #endif
@@ -1140,8 +1139,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) attn_splitkv_fwd_mma(
     };
 
     // FlashAttention 2's order: V(t) is asked for once K(t) is in, so a block has one tile in
-    // flight. (Decode asking for V(t) beside K(t), two tiles in flight, measured no faster on
-    // the H200: docs/decisions.md, "Decode against its floor".)
+    // flight. (Decode asking for V(t) beside K(t), two tiles in flight, is no faster:
+    // docs/decisions.md, "Decode against its floor".)
     const int n_tiles = loop_end > key_begin ? (loop_end - key_begin + BN - 1) / BN : 0;
     float s[NST][4];
     if (n_tiles > 0) load_tile(k_s, kp, k_ss, KS, CK, SWK, dqk, key_begin);

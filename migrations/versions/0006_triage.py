@@ -2,7 +2,7 @@
 
 Revision ID: 0006
 Revises: 0005
-Create Date: 2026-12-13
+Create Date: 2026-12-06
 """
 from __future__ import annotations
 

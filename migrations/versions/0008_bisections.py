@@ -3,7 +3,7 @@ API or started for each bug (cluster) of a CI push's new failures
 
 Revision ID: 0008
 Revises: 0007
-Create Date: 2026-12-14
+Create Date: 2026-12-06
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ NaN-prefilled outputs, partial buffer sizes, and torch's scaled_dot_product_atte
 oracle nobody here wrote.
 
 `make test-gpu` runs these; they skip cleanly where no CUDA GPU is usable. The helpers below
-(CASES, random_configs, check_run, BOUNDS) are shared with tests/gpu/gpu_evidence.py.
+(CASES, random_configs, check_run, BOUNDS) are shared with tools/evidence/gpu_evidence.py
+(through tools/evidence/gpu_suite.py).
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ pooling. Prints tables, writes evidence-<steps>.json in --out.
 
     python tools/evidence/gpu_evidence.py --steps sweep,defects,sdpa --sweep 2000 --jobs 16 --out $OUT
     python tools/evidence/gpu_evidence.py --steps calibrate --calibrate 4000 --part 1 --out $OUT
-    python tools/evidence/gpu_evidence.py --steps pool --out docs/evidence/run --pool-from other/dir
+    python tools/evidence/gpu_evidence.py --steps pool --out RUN_DIR --pool-from OTHER_RUN_DIR
 """
 from __future__ import annotations
 

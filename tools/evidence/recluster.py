@@ -9,7 +9,9 @@ tools/evidence/gpu_call.sh), the failing configs are compared with the GPU's by 
 Prints the outcomes, the comparison and the clusters (triage.cluster; no shrinking).
 
     python3 tools/evidence/recluster.py --defect floor_blocks_per_split \\
-        --gpu-triage docs/evidence/gpu-2026-12-06-h100-bounds-64/triage.jsonl
+        --gpu-triage DIR/gpu-2026-12-06-h100-bounds-64/triage.jsonl
+
+(DIR: where docs/evidence/gpu-2026-12-06-h100-bounds-64.tar.xz is unpacked.)
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A hand-made change to the kernels' arithmetic, with no defect switch, through a CI sweep of
-its commit (tests/gpu/ci_evidence.py: the webhook, the bundle, the worker's own execute_batch,
+its commit (tools/evidence/ci_evidence.py: the webhook, the bundle, the worker's own execute_batch,
 the verdict): the hostemu backend runs the changed source and fails the pull request's commit;
 the cpu backend's numpy model of the kernels cannot see the change and passes it."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ SPEC = {"dtypes": ["f32"], "ranges": {"seq_len_k": [1, 200], "seq_len_q": [1, 4]
 
 def _ci_evidence():
     # Imported by its package path: the script's worker processes are spawned and import it so.
-    from tests.gpu import ci_evidence
+    from tools.evidence import ci_evidence
 
     return ci_evidence
 

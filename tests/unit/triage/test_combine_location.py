@@ -4,6 +4,7 @@ cluster explained by split_kv > 1, whatever family ran its configs; a split kern
 partials stay at their family."""
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -23,9 +24,9 @@ from triage.shrink import shrink
 from triage.signature import COMBINE, family_of, location_of
 
 # Every result of a 300-config sweep with the missing_barrier race on an H100, with its metrics,
-# gates and detail (docs/evidence/README.md says how it was made).
-H100_RACE = (Path(__file__).resolve().parents[3] / "docs" / "evidence" / "gpu-2026-12-06-h100-combine-location"
-             / "missing_barrier-rows.json")
+# gates and detail (docs/evidence/README.md, gpu-2026-12-06-h100-combine-location, says how it
+# was made).
+H100_RACE = Path(__file__).resolve().parent / "h100_missing_barrier_rows.json.gz"
 
 BASE = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=64, num_heads_q=1, num_heads_kv=1, head_dim_qk=8, head_dim_v=8)
 SPLIT = parse_config({**BASE, "split_kv": 2, "return_lse": True})
@@ -133,7 +134,7 @@ def test_triage_runs_locate_as_the_sweep_did_so_shrinking_keeps_the_combine():
 
 
 def test_the_h100_race_is_one_cluster_at_the_combine_where_the_families_make_two():
-    stored = json.loads(H100_RACE.read_text())["rows"]
+    stored = json.loads(gzip.decompress(H100_RACE.read_bytes()))["rows"]
     rows = [ResultRow(parse_config(r["config"]), r["outcome"], r["failed_gate"], r["variant"], r["block_n"],
                       r["metrics"], r["gates"], r["detail"]) for r in stored]
     failing = [r for r in rows if r.signature.failing]

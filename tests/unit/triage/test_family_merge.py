@@ -6,7 +6,7 @@ The GPU backends name a result's variant, and so its family, by kernels.select; 
 emulation runs the same split arithmetic (block_n 32 on every path) under one name. Here the
 emulation reports the variant an H100 would run (tools/evidence/recluster.py H100Names, which
 replays GPU sweeps the same way), so its results carry the families a GPU sweep's do: an H100 sweep with floor_blocks_per_split
-(docs/evidence/gpu-2026-12-06-h100-bounds-64/) split into five clusters by family and symptom
+(docs/evidence/gpu-2026-12-06-h100-bounds-64.tar.xz) split into five clusters by family and symptom
 before families were joined.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ from tests.unit.triage.sweeps import defect_sweep
 from triage.sweep import triage_sweep
 
 CPU_DEFECTS = [d for d in DEFECTS if d not in GPU_ONLY_DEFECTS]
-# The condition each defect needs (kernels/backend.py DEFECTS), as triage/features.py names it.
+# The condition each defect needs (kernels/defects.py DEFECTS), as triage/features.py names it.
 TRIGGERS = {
     "no_neginf_guard": {"masked_split"},
     "floor_blocks_per_split": {"split_kv>blocks", "blocks%split_kv!=0"},

@@ -1,6 +1,7 @@
 """Reading compute-sanitizer's reports, and who may ask for them."""
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,13 @@ RACECHECK = """\
 """
 CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
 # compute-sanitizer 2025.3.1's racecheck on an H100, as it printed them (the singular "hazard",
-# the result line between the reports and the summary): docs/evidence/gpu-2026-12-06-h100-faults/.
-EVIDENCE = Path(__file__).resolve().parents[3] / "docs" / "evidence" / "gpu-2026-12-06-h100-faults"
+# the result line between the reports and the summary): docs/evidence/gpu-2026-12-06-h100-faults.tar.xz.
+EVIDENCE = Path(__file__).resolve().parents[3] / "docs" / "evidence" / "gpu-2026-12-06-h100-faults.tar.xz"
+
+
+def _evidence(name: str) -> str:
+    with tarfile.open(EVIDENCE) as tar:
+        return tar.extractfile(f"gpu-2026-12-06-h100-faults/{name}").read().decode()
 
 
 def test_findings_are_counted_from_the_summaries_and_the_first_reports_kept():
@@ -42,12 +48,12 @@ def test_findings_are_counted_from_the_summaries_and_the_first_reports_kept():
 
 
 def test_racecheck_output_of_a_real_run_is_read():
-    race = (EVIDENCE / "racecheck-raw-missing_barrier.txt").read_text()
+    race = _evidence("racecheck-raw-missing_barrier.txt")
     count, reports = parse_findings(race)
     assert count == 1
     assert reports[0].startswith("Error: Race reported between Write access at void attn_splitkv_combine")
     assert not any(r.startswith("ATTNSWEEP-SANITIZED-RESULT") for r in reports)
-    assert parse_findings((EVIDENCE / "racecheck-raw-clean.txt").read_text()) == (0, [])
+    assert parse_findings(_evidence("racecheck-raw-clean.txt")) == (0, [])
 
 
 @pytest.mark.parametrize("tool, backend, share, rule", [
