@@ -158,7 +158,7 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
 
     def store(s: Session) -> int:
         sweep = repo.store_plan(s, plan)
-        sweep.queue, sweep.rerun_of = queue, rerun_of
+        sweep.queue, sweep.rerun_of, sweep.kernel = queue, rerun_of, spec.kernel
         sweep.idempotency_key, sweep.request_sha256 = key, digest
         sweep.submitted_by = submitted_by
         if also_store is not None:
@@ -181,14 +181,16 @@ def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: i
               defects: frozenset[str] = frozenset(), sanitize: tuple[str, float] | None = None, jobs: int = 1,
               gpus: Sequence[int] = (), time_limit_s: float | None = None,
               started: Callable[[int, int], ContextManager[Callable[[ConfigResult], None] | None]] | None = None,
-              triage: bool = False, triaging: Callable[[int], ContextManager[Any]] | None = None) -> int:
+              triage: bool = False, triaging: Callable[[int], ContextManager[Any]] | None = None,
+              kernel_identity: tuple[str, str] | None = None) -> int:
     """Run a sweep in this machine's embedded pool (workers.embedded): the budget of this
     machine's device, planned, committed, then executed, every result stored at `url`.
     `started(sweep_id, configs_total)`: entered once the sweep is committed, around its
     execution; what it yields gets every result. With `triage`, the finished sweep's failures
     are then triaged in this process and the clusters stored (workers.triage.run_triage, inside
     `triaging(sweep_id)` when given); a triage that fails is stored as failed, and the sweep
-    stays done. Returns the sweep id. Raises SubmitError."""
+    stays done. `kernel_identity`: the (name, version) the kernel under test says it is, where
+    the caller loaded it. Returns the sweep id. Raises SubmitError."""
     from store.db import session_scope
     from workers.embedded import execute_sweep
     from workers.triage import run_triage
@@ -199,7 +201,9 @@ def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: i
                    defects=tuple(sorted(defects)), prior=prior)
     with session_scope(url) as s:
         sweep = repo.store_plan(s, plan)
-        sweep.submitted_by = "cli"
+        sweep.submitted_by, sweep.kernel = "cli", spec.kernel
+        if kernel_identity and kernel_identity[1]:
+            sweep.kernel_name, sweep.kernel_version = kernel_identity[0][:200], kernel_identity[1][:64]
         sweep_id = sweep.id
     with (started(sweep_id, len(plan.configs)) if started else nullcontext()) as on_result:
         execute_sweep(url, sweep_id, backend, defects=defects, jobs=jobs, on_result=on_result, gpus=gpus,

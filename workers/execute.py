@@ -28,6 +28,7 @@ from settings import Settings
 from kernels.source import KernelSource
 from store import repo
 from store.db import session_scope
+from store.kernels import note_kernel, sweep_kernel
 from sweeps.policy import gates_for
 from sweeps.result import ConfigResult, at_commit, unrun_result
 from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
@@ -90,12 +91,13 @@ def execute_batch(
             repo.mark_running(s, sweep_id)
         source_hash, commit = repo.sweep_revision(s, sweep_id)
         sanitize = repo.sweep_sanitize(s, sweep_id)
+        kernel = sweep_kernel(s, sweep_id)
     if status is None:
         log.warning("sweep %s does not exist; %d configs dropped", sweep_id, len(items))
     source = BUNDLES.get(url, source_hash) if source_hash and pending else None
     executor = ConfigExecutor(backend_name, defects, Limits.of(settings), source,
                               sanitize=sanitize[0] if sanitize else None,
-                              sanitize_hashes=sanitize[1] if sanitize else frozenset())
+                              sanitize_hashes=sanitize[1] if sanitize else frozenset(), kernel=kernel)
     for i, (config_hash, config_json) in enumerate(items):
         if config_hash not in pending:
             counts["skipped"] += 1
@@ -118,10 +120,10 @@ def execute_batch(
         if starts > MAX_STARTS:
             result = unrun_result(config, None, backend_name, gates, "error",
                                   f"{starts - 1} worker processes ended while running this config without "
-                                  "storing a result (a crash in a driver, or killed); not run again")
+                                  "storing a result (a crash in a driver, or killed); not run again", kernel=kernel)
         elif source_hash and source is None:
             result = unrun_result(config, None, backend_name, gates, "error",
-                                  f"source bundle {source_hash} of this sweep is not in the store")
+                                  f"source bundle {source_hash} of this sweep is not in the store", kernel=kernel)
         else:
             result = executor.run(config, gates, record_and_exit)
         if commit:
@@ -148,6 +150,8 @@ def _record(settings: Settings, sweep_id: int, config_hash: str, result: ConfigR
     url = settings.database_url
     with session_scope(url) as s:
         repo.record_result(s, sweep_id, config_hash, result.to_row(), worker=worker)
+        if result.kernel_version:
+            note_kernel(s, sweep_id, result.kernel, result.kernel_version)
     # After the commit above, in its own transaction: see repo.finish_if_complete.
     with session_scope(url) as s:
         ended = repo.finish_if_complete(s, sweep_id)
