@@ -68,11 +68,12 @@ def compare(
     out = Console(soft_wrap=True)
     table = Table(title=f"{len(sweeps)} sweeps: {report['common']} configs in every one, {report['ran_by_all']} run "
                         "by every kernel")
-    for column in ("sweep", "kernel", "version", "configs", *OUTCOMES, "time / fastest (median)", "fastest on"):
+    for column in ("sweep", "kernel", "version", "configs", "outcomes", "time / fastest", "fastest on"):
         table.add_column(column, overflow="fold")
     for r in report["sweeps"]:
-        table.add_row(str(r["id"]), r["kernel_name"], r["kernel_version"] or "", str(r["configs"]),
-                      *(str(r["outcomes"].get(o, 0)) for o in OUTCOMES), _ratio(r["time_ratio_median"]), str(r["fastest"]))
+        outcomes = ", ".join(f"{o} {r['outcomes'][o]}" for o in OUTCOMES if r["outcomes"].get(o))
+        table.add_row(str(r["id"]), r["kernel_name"], r["kernel_version"] or "", str(r["configs"]), outcomes,
+                      _ratio(r["time_ratio_median"]), str(r["fastest"]))
     out.print(table)
     for r in report["sweeps"]:
         if r["not_applicable"]:

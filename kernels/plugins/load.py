@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -152,7 +153,7 @@ def _resolve(obj: Any, attr: str) -> Any:
 
 def _instance(obj: Any, what: str, backend: str | None) -> Any:
     """The plug-in object: `obj` itself, or what its class or factory makes."""
-    if not (hasattr(obj, "run") and hasattr(obj, "supports")) and callable(obj):
+    if inspect.isclass(obj) or (callable(obj) and not (hasattr(obj, "run") and hasattr(obj, "supports"))):
         obj = obj(backend) if what == "shipped" else obj()
     missing = [a for a in ("name", "version", "supports", "run") if not hasattr(obj, a)]
     if missing:

@@ -143,10 +143,8 @@ class TorchSdpa:
             why = self._refusal(q, k, v, mask, causal, gqa)
             if why:
                 raise NotApplicable("refused", why)
-            with torch.nn.attention.sdpa_kernel([self._backend]), Timer(dev) as timer:
-                out = torch.nn.functional.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
-            return KernelOutput(out, run_s=timer.seconds)
+            out, seconds = self._sdpa(q, k, v, mask, causal, scale, gqa)
+            return KernelOutput(out, run_s=seconds)
         # The LSE comes from the backend's own op, on K and V repeated per query head.
         if gqa:
             k, v = k.repeat_interleave(c.gqa_ratio, dim=1), v.repeat_interleave(c.gqa_ratio, dim=1)
@@ -167,6 +165,24 @@ class TorchSdpa:
                 got = op(q, k, v, mask, True, 0.0, causal, False, scale=scale)
         return KernelOutput(got[0], _lse(got[1], c), run_s=timer.seconds)
 
+    def _sdpa(self, q: Any, k: Any, v: Any, mask: Any, causal: bool, scale: float, gqa: bool) -> tuple[Any, float]:
+        """scaled_dot_product_attention pinned to this backend, and its time; torch's refusal
+        ("No available kernel", with the reasons it warned) is NotApplicable."""
+        import torch
+
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            try:
+                with torch.nn.attention.sdpa_kernel([self._backend]), Timer(self.device) as timer:
+                    out = torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+            except RuntimeError as exc:
+                if "No available kernel" not in str(exc):
+                    raise
+                said = [one_line(w.message, 300) for w in seen if str(w.message).strip()]
+                raise NotApplicable("refused", "; ".join(said[:2]) or one_line(exc)) from None
+        return out, timer.seconds
+
     def _flash(self, c: AttentionConfig, q: Any, k: Any, v: Any, scale: float, gqa: bool) -> KernelOutput:
         """flash: one call, or one per batch entry on its valid keys (a KV cache)."""
         import torch
@@ -184,24 +200,24 @@ class TorchSdpa:
             if why:
                 raise NotApplicable("refused", why)
             if not c.return_lse:
-                with torch.nn.attention.sdpa_kernel([self._backend]), Timer(self.device) as timer:
-                    outs.append(torch.nn.functional.scaled_dot_product_attention(
-                        qb, kb, vb, is_causal=causal, scale=scale, enable_gqa=gqa))
-            else:
-                # The op wants head dims in multiples of 8 (SDPA pads them the same way) and
-                # the dense layout; the padding's zeros add nothing to Q·K and fall off O.
-                qp, kp, vp = (_pad_dim(t.contiguous(), 8) for t in (qb, kb, vb))
-                with Timer(self.device) as timer:
-                    if self.device == "cpu":   # torch's CPU flash kernel: no GQA of its own
-                        if gqa:
-                            kp, vp = kp.repeat_interleave(c.gqa_ratio, dim=1), vp.repeat_interleave(c.gqa_ratio, dim=1)
-                        got = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qp, kp, vp, 0.0, causal,
-                                                                                         scale=scale)
-                    else:
-                        got = torch.ops.aten._scaled_dot_product_flash_attention(qp, kp, vp, 0.0, causal, False,
-                                                                                 scale=scale)
-                outs.append(got[0][..., :c.head_dim_v])
-                lses.append(got[1])
+                out, piece_s = self._sdpa(qb, kb, vb, None, causal, scale, gqa)
+                outs.append(out)
+                seconds += piece_s
+                continue
+            # The op wants head dims in multiples of 8 (SDPA pads them the same way) and the
+            # dense layout; the padding's zeros add nothing to Q·K and fall off O.
+            qp, kp, vp = (_pad_dim(t.contiguous(), 8) for t in (qb, kb, vb))
+            with Timer(self.device) as timer:
+                if self.device == "cpu":   # torch's CPU flash kernel: no GQA of its own
+                    if gqa:
+                        kp, vp = kp.repeat_interleave(c.gqa_ratio, dim=1), vp.repeat_interleave(c.gqa_ratio, dim=1)
+                    got = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qp, kp, vp, 0.0, causal,
+                                                                                     scale=scale)
+                else:
+                    got = torch.ops.aten._scaled_dot_product_flash_attention(qp, kp, vp, 0.0, causal, False,
+                                                                             scale=scale)
+            outs.append(got[0][..., :c.head_dim_v])
+            lses.append(got[1])
             seconds += timer.seconds
         out = torch.cat(outs) if len(outs) > 1 else outs[0]
         lse = _lse(torch.cat(lses) if len(lses) > 1 else lses[0], c) if lses else None
