@@ -21,11 +21,17 @@ MAX_HEAD_DIM = 256
 _DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 
 
-@triton.jit
+# Sizes, strides and switches are run-time arguments, not specialised on: a sweep's configs then
+# share a handful of compiled variants (the head-dim blocks and the defect switch) instead of one
+# each.
+_SIZES = ["sq_b", "sq_h", "sq_s", "sq_d", "sk_b", "sk_h", "sk_s", "sk_d", "sv_b", "sv_h", "sv_s", "sv_d",
+          "seq_q", "seq_k", "heads_q", "group", "dqk", "dv", "splits", "rows"]
+
+
+@triton.jit(do_not_specialize=_SIZES + ["has_bias", "causal", "has_prefix", "has_cache"])
 def _partials(Q, K, V, Bias, PrefixOffset, CurrentSeqLen, OPart, LsePart,
               sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
-              seq_q, seq_k, heads_q, group, dqk, dv, splits, rows, scale,
-              HAS_BIAS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PREFIX: tl.constexpr, HAS_CACHE: tl.constexpr,
+              seq_q, seq_k, heads_q, group, dqk, dv, splits, rows, scale, has_bias, causal, has_prefix, has_cache,
               DEFECT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -34,12 +40,12 @@ def _partials(Q, K, V, Bias, PrefixOffset, CurrentSeqLen, OPart, LsePart,
     b = row // (seq_q * heads_q)
     hk = h // group
     last = seq_k - 1
-    if HAS_CACHE:
+    if has_cache:
         last = tl.load(CurrentSeqLen + b)
     limit = last
-    if CAUSAL:
-        shift = 0
-        if HAS_PREFIX:
+    if causal:
+        shift = s * 0
+        if has_prefix:
             shift = tl.load(PrefixOffset + b)
         if DEFECT:
             shift += 1
@@ -60,7 +66,7 @@ def _partials(Q, K, V, Bias, PrefixOffset, CurrentSeqLen, OPart, LsePart,
         k = tl.load(K + b * sk_b + hk * sk_h + n[:, None] * sk_s + dq[None, :] * sk_d,
                     mask=visible[:, None] & (dq[None, :] < dqk), other=0.0).to(tl.float32)
         logits = tl.sum(k * q[None, :], axis=1) * scale
-        if HAS_BIAS:
+        if has_bias:
             bias = tl.load(Bias + ((b * heads_q + h) * seq_q + s) * seq_k + n, mask=visible, other=0.0)
             logits += bias.to(tl.float32)
         logits = tl.where(visible, logits, float("-inf"))
@@ -79,7 +85,7 @@ def _partials(Q, K, V, Bias, PrefixOffset, CurrentSeqLen, OPart, LsePart,
     tl.store(LsePart + slot, lse)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["so_b", "so_h", "so_s", "so_d", "seq_q", "heads_q", "dv", "splits", "rows"])
 def _combine(OPart, LsePart, Out, Lse, so_b, so_h, so_s, so_d, seq_q, heads_q, dv, splits, rows,
              RETURN_LSE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_DV: tl.constexpr):
     row = tl.program_id(0)
@@ -141,14 +147,13 @@ class TritonSplitKV:
         out = torch.empty((c.g, c.num_heads_q, c.seq_len_q, c.head_dim_v), dtype=_DTYPES[c.dtype], device=dev)
         lse = torch.empty((rows,), dtype=torch.float32, device=dev)
         scale = 1.0 / c.head_dim_qk ** 0.5 if c.with_attn_scale else 1.0
-        bdq, bdv = triton.next_power_of_2(c.head_dim_qk), triton.next_power_of_2(c.head_dim_v)
+        bdq, bdv = (max(16, triton.next_power_of_2(d)) for d in (c.head_dim_qk, c.head_dim_v))
         start, end = _events(dev)
         _partials[(rows, splits)](q, k, v, bias, prefix, cache, o_part, lse_part, *q.stride(), *k.stride(), *v.stride(),
                                   c.seq_len_q, c.seq_len_k, c.num_heads_q, c.num_heads_q // c.num_heads_kv,
-                                  c.head_dim_qk, c.head_dim_v, splits, rows, scale,
-                                  HAS_BIAS=c.with_attn_bias, CAUSAL=c.causal, HAS_PREFIX=c.prefix_offset is not None,
-                                  HAS_CACHE=c.current_seq_len is not None, DEFECT=self.defect,
-                                  BLOCK_N=BLOCK_N, BLOCK_DQK=bdq, BLOCK_DV=bdv)
+                                  c.head_dim_qk, c.head_dim_v, splits, rows, scale, int(c.with_attn_bias),
+                                  int(c.causal), int(c.prefix_offset is not None), int(c.current_seq_len is not None),
+                                  DEFECT=self.defect, BLOCK_N=BLOCK_N, BLOCK_DQK=bdq, BLOCK_DV=bdv)
         _combine[(rows,)](o_part, lse_part, out, lse, *out.stride(), c.seq_len_q, c.num_heads_q, c.head_dim_v,
                           splits, rows, RETURN_LSE=c.return_lse, BLOCK_S=triton.next_power_of_2(splits), BLOCK_DV=bdv)
         run_s = _elapsed(start, end)
