@@ -33,9 +33,10 @@ def note_kernel(session: Session, sweep_id: int, name: str, version: str | None)
 def kernel_comparison(session: Session, sweep_ids: Sequence[int]) -> dict[str, Any]:
     """The sweeps side by side, one entry per sweep in the order given:
     - `sweeps`: id, kernel (as asked), kernel_name, kernel_version, backend, device, seed, status,
-      configs, outcomes {outcome: n}, not_applicable {reason: n}, and on the configs every sweep
-      ran (`ran_by_all`): time_ratio_median and time_ratio_geomean (kernel time over the fastest
-      kernel's, per config) and fastest (configs where it was the fastest);
+      configs, outcomes {outcome: n}, not_applicable {reason: n}, and over the configs it ran that
+      another kernel ran too: time_ratio_median and time_ratio_geomean (its kernel time over the
+      fastest of the kernels that ran the config), timed (how many) and fastest (configs where it
+      was the fastest);
     - `only_one`: configs that fail on exactly one kernel while every other ran them without a
       failure (config, sweep, outcome, gate, the others' outcomes), at most ONLY_ONE_SHOWN;
     - `common`: configs present in every sweep; `ran_by_all`: of those, run by every kernel.
@@ -69,8 +70,8 @@ def kernel_comparison(session: Session, sweep_ids: Sequence[int]) -> dict[str, A
     for h in common:
         by = per_config[h]
         times = {i: t for i, (o, _g, t) in by.items() if o in RAN and t and t > 0}
-        if len(times) == len(ids):
-            ran_by_all += 1
+        ran_by_all += len(times) == len(ids)
+        if len(times) >= 2:   # kernels support different configs: each ratio is to the fastest that ran it
             best = min(times.values())
             for i, t in times.items():
                 ratios[i].append(t / best)
@@ -91,7 +92,7 @@ def kernel_comparison(session: Session, sweep_ids: Sequence[int]) -> dict[str, A
             "configs": sum(outcomes[i].values()), "outcomes": dict(outcomes[i]), "not_applicable": dict(reasons[i]),
             "time_ratio_median": median(r) if r else None,
             "time_ratio_geomean": math.exp(sum(map(math.log, r)) / len(r)) if r else None,
-            "fastest": fastest[i],
+            "timed": len(r), "fastest": fastest[i],
         })
     return {"sweeps": rows, "common": len(common), "ran_by_all": ran_by_all,
             "only_one": only_one[:ONLY_ONE_SHOWN], "only_one_total": len(only_one)}
