@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-gpu install lint compose-smoke drills hip-compile tools-test
+.PHONY: run test test-gpu install lint compose-smoke drills security-drills hip-compile tools-test
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ compose-smoke:
 # API and two workers on free loopback ports; one table row per drill.
 drills: $(STAMP)
 	$(PY) -m drills $(ARGS)
+
+# The attacks of docs/security.md against a real API, worker, PostgreSQL and Redis of their own
+# (bubblewrap for the kernel code's confinement, Chromium for the cross-site case); one table row per
+# attack, exit status 1 when one is not contained.
+security-drills: $(STAMP)
+	$(PY) -m drills.security $(ARGS)
 
 # The checks of tools/ (tools/tests: sass_diff's normalization, run as a command); tools are no
 # part of the product, so `make test` leaves them out.

@@ -20,7 +20,9 @@ Offset = Annotated[int, Query(ge=0, le=INT8_MAX, description="rows to skip")]
 MAX_PARAM_CHARS = 1000
 
 
-def check_text_params(request: Request) -> None:
+# The dependencies that only read the request or the app's state are coroutines: FastAPI runs a
+# plain function dependency in its thread pool, a hop per dependency per request.
+async def check_text_params(request: Request) -> None:
     """Every query and path value is storable text (no NUL, no lone surrogate) of at most
     MAX_PARAM_CHARS characters: else 422 naming the parameter, before any handler runs."""
     problems = []
@@ -36,7 +38,8 @@ def check_text_params(request: Request) -> None:
     if problems:
         raise ProblemError(problems)
 
-def get_settings(request: Request) -> Settings:
+
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -59,14 +62,14 @@ def sweep_or_404(session: Session, sweep_id: int) -> Sweep:
     return sweep
 
 
-def get_celery(request: Request) -> Celery:
+async def get_celery(request: Request) -> Celery:
     return request.app.state.celery
 
 
 CeleryDep = Annotated[Celery, Depends(get_celery)]
 
 
-def get_telemetry(request: Request):  # noqa: ANN201
+async def get_telemetry(request: Request):  # noqa: ANN201
     return request.app.state.telemetry
 
 

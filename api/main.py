@@ -13,7 +13,7 @@ from api.security import SecurityHeaders
 from api import dashboard
 from api.docs import install_docs
 from api.routes import bisect, ci, compare, failures, health, metrics, sweeps, webhooks, workers
-from api.telemetry import Telemetry
+from api.telemetry import Telemetry, TelemetryMiddleware
 from settings import Settings, get_settings
 from settings.secrets import install_log_scrubbing
 from store.db import session_factory
@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.telemetry = Telemetry(app.state.sessions, settings.worker_stale_s, settings)
     _say_who_may(settings)
     install_error_handlers(app)
-    app.middleware("http")(app.state.telemetry.middleware)
+    app.add_middleware(TelemetryMiddleware, telemetry=app.state.telemetry)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SecurityHeaders)
     for module in (sweeps, failures, workers, health, metrics, webhooks, ci, bisect, compare, dashboard):

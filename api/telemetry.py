@@ -2,9 +2,11 @@
 
 Each app has its own registry (several apps in one process, as in tests, never clash). The
 gauges are read when scraped: from the database, sweeps by status, configs waiting for a worker
-in live (queued or running) sweeps, configs committed but not yet published, stuck sweeps, live
-workers per queue; from the broker (Redis, with a 1 s timeout), whether it answers, tasks
-waiting per queue and tasks delivered but not yet acknowledged per queue.
+in live (queued or running) sweeps, configs committed but not yet published, stuck sweeps,
+seconds since a waiting config last saw a result stored (a stall), live workers per queue; from
+the broker (Redis, with a 1 s timeout), whether it answers, tasks waiting per queue and tasks
+delivered but not yet acknowledged per queue. Every per-queue series is written for each of the
+deployment's queues, 0 included, so an alert on `== 0` fires when the last worker is gone.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ class StoreCollector(Collector):
         self.settings = settings
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from workers.outbox import stuck_sweeps, queued_live_count, unpublished_count
+        from workers.outbox import queued_live_count, stalled_seconds, stuck_sweeps, unpublished_count
 
         with self.sessions() as session:
             sweeps = GaugeMetricFamily("attnsweep_sweeps", "Sweeps by status", labels=["status"])
@@ -47,8 +49,11 @@ class StoreCollector(Collector):
             stuck = GaugeMetricFamily("attnsweep_sweeps_stuck", f"Queued or running sweeps with nothing stored or "
                                       f"published for {STUCK_AFTER_S:g} s, or complete but not ended")
             stuck.add_metric([], len(stuck_sweeps(session, STUCK_AFTER_S)))
+            stalled = GaugeMetricFamily("attnsweep_stalled_seconds", "Seconds since a result was last stored while "
+                                        "configs wait (0 when none waits); longer than the slowest config means a stall")
+            stalled.add_metric([], stalled_seconds(session))
             workers = GaugeMetricFamily("attnsweep_workers_alive", "Live workers by queue", labels=["queue"])
-            per_queue: dict[str, int] = {}
+            per_queue = dict.fromkeys(self.queues(), 0)
             for w in repo.live_workers(session, self.stale_after_s):
                 per_queue[w.queue] = per_queue.get(w.queue, 0) + 1
             for queue, n in sorted(per_queue.items()):
@@ -61,8 +66,12 @@ class StoreCollector(Collector):
                                              "(compile, inputs, kernel, reference, verify), by backend", labels=["backend"])
             for backend, (buckets, total) in sorted(queries.run_time_histogram(session, RUN_TIME_BUCKETS).items()):
                 run_time.add_metric([backend], [(f"{b:g}" if b != float("inf") else "+Inf", n) for b, n in buckets], total)
-        yield from (sweeps, queued, unpublished, stuck, workers, configs, run_time)
+        yield from (sweeps, queued, unpublished, stuck, stalled, workers, configs, run_time)
         yield from self._broker()
+
+    def queues(self) -> list[str]:
+        """The deployment's queues (settings.queue_name of each kind)."""
+        return [self.settings.queue_name(kind) for kind in ("cpu", "gpu")] if self.settings is not None else []
 
     def _broker(self) -> Iterator[GaugeMetricFamily]:
         from workers.app import redis_client
@@ -97,10 +106,37 @@ class Telemetry:
         self.configs_enqueued = Counter("attnsweep_configs_enqueued", "Configs published to the queues", registry=self.registry)
         self.registry.register(StoreCollector(sessions, stale_after_s, settings))
 
-    async def middleware(self, request: Any, call_next: Callable) -> Any:
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.latency.labels(method, route).observe(seconds)
+        self.requests.labels(method, route, str(status)).inc()
+
+
+class TelemetryMiddleware:
+    """ASGI middleware: each request's latency and status by method and route template.
+
+    Plain ASGI rather than Starlette's BaseHTTPMiddleware, which runs every request through a
+    task group and a streamed copy of the response: under 20 concurrent clients that wrapper
+    was the largest share of the API process's CPU time (bench/api_load.py)."""
+
+    def __init__(self, app: Any, telemetry: Telemetry):
+        self.app = app
+        self.telemetry = telemetry
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         t0 = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        self.latency.labels(request.method, route).observe(time.perf_counter() - t0)
-        self.requests.labels(request.method, route, str(response.status_code)).inc()
-        return response
+        status = 500
+
+        async def send_status(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.telemetry.observe(scope["method"], route, status, time.perf_counter() - t0)

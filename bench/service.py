@@ -1,6 +1,8 @@
-"""The service under load: submission, failure queries on a million results, workers vs embedded.
+"""The service under load: submission, failure queries on a million results, workers vs embedded,
+and the API under concurrent clients against a baseline revision.
 
     .venv/bin/python -m bench.service [--results 1000000] [--sweep-configs 10000] [--e2e-configs 120]
+        [--parts submission,e2e,queries,load] [--baseline main] [--clients 20] [--load-rounds 10] [--pace 1]
 
 Needs PostgreSQL and Redis on 127.0.0.1 (as the integration tests). Everything runs on this
 machine in a database and under queue names of its own, removed at the end:
@@ -13,20 +15,20 @@ machine in a database and under queue names of its own, removed at the end:
    INSERT ... SELECT generate_series), for single-field filters, two-field filters and a
    summary of one sweep; the all-time summary of the whole store is shown on its own line.
    Target <= 50 ms.
+4. POST /sweeps of 20-config sampled sweeps and GET /sweeps/{id}, `--clients` at once, against
+   this tree's API and `--baseline`'s in alternating phases (bench/api_load.py), saturated and
+   paced: p50/p95/p99. Target: POST p99 <= 250 ms.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__" and __package__ in (None, ""):
@@ -36,10 +38,14 @@ import httpx  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
 
+from bench.api_load import compare, export_revision  # noqa: E402
+from harness import ServiceStack, service_env, wait_for  # noqa: E402
+
 PG_ADMIN = os.environ.get("ATTNSWEEP_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("ATTNSWEEP_TEST_REDIS", "redis://127.0.0.1:6379/0")
 # The benchmark's own API token (the API refuses writes without one).
 API_SECRET = "bench-" + "5e7c" * 8
+AUTH = {"Authorization": f"Bearer {API_SECRET}"}
 E2E_RANGES = {"seq_len_k": [1, 512], "seq_len_q": [1, 64]}
 
 # One statement: 100 sweeps of 10,000 results each with the outcome mix of a GPU farm's nightly
@@ -100,21 +106,6 @@ QUERY_MIX: dict[str, list[str]] = {
 ALL_TIME = ["/failures/summary?by=dtype", "/failures/summary?by=dtype,split_kv"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(interval)
-    return value
-
-
 def p95(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
@@ -127,34 +118,18 @@ class Bench:
         self.db_name = f"attnsweep_bench_{tag}"
         self.url = PG_ADMIN.rsplit("/", 1)[0] + "/" + self.db_name
         self.prefix = f"bench{tag}-"
-        self.procs: list[subprocess.Popen] = []
         self.rows: list[tuple[str, str, str]] = []
         self.logs = Path(f"/tmp/attnsweep-bench-{tag}")
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.stack = self._stack(self.url, self.prefix, self.logs, ROOT)
+        self.baseline: ServiceStack | None = None
 
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSWEEP_")}
-        env.update(ATTNSWEEP_DATABASE_URL=self.url, ATTNSWEEP_BROKER_URL=REDIS_URL, ATTNSWEEP_QUEUE_PREFIX=self.prefix,
-                   ATTNSWEEP_HEARTBEAT_S="1", ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20), PYTHONPATH=str(ROOT),
-                   ATTNSWEEP_API_TOKENS=f"bench:admin:{API_SECRET}",
-                   OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        return env
-
-    def spawn(self, name: str, *argv: str) -> subprocess.Popen:
-        log = (self.logs / f"{name}.log").open("w")
-        proc = subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=ROOT, env=self.env(), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(proc)
-        return proc
-
-    def stop(self, proc: subprocess.Popen) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+    @staticmethod
+    def _stack(url: str, prefix: str, logs: Path, root: Path) -> ServiceStack:
+        return ServiceStack(service_env(url, REDIS_URL, prefix, ATTNSWEEP_HEARTBEAT_S="1",
+                                        ATTNSWEEP_MAX_BODY_BYTES=str(64 << 20),
+                                        ATTNSWEEP_API_TOKENS=f"bench:admin:{API_SECRET}"),
+                            logs, root=root, headers=AUTH)
 
     # --- set-up and tear-down -----------------------------------------------------------------
     def setup(self) -> None:
@@ -163,30 +138,24 @@ class Bench:
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')
         upgrade(self.url)
-        self.port = free_port()
-        self.spawn("api", "serve", "--port", str(self.port))
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120,
-                                 headers={"Authorization": f"Bearer {API_SECRET}"})
-
-        def up() -> bool:
-            try:
-                return self.http.get("/healthz").status_code == 200
-            except httpx.TransportError:
-                return False
-        wait_for(up, 60, "the API")
+        self.stack.start_api()
+        self.http = httpx.Client(base_url=self.stack.url(""), timeout=120, headers=AUTH)
 
     def teardown(self) -> None:
-        for proc in self.procs:
-            self.stop(proc)
+        self.stack.stop()
+        if self.baseline is not None:
+            self.baseline.stop()
         from store.db import get_engine
 
         get_engine(self.url).dispose()
         r = redis.Redis.from_url(REDIS_URL)
-        keys = [k for p in (f"{self.prefix}*", f"_kombu.binding.{self.prefix}*") for k in r.scan_iter(p)]
-        if keys:
-            r.delete(*keys)
+        for prefix in (self.prefix, f"base{self.prefix}"):
+            keys = [k for p in (f"{prefix}*", f"_kombu.binding.{prefix}*") for k in r.scan_iter(p)]
+            if keys:
+                r.delete(*keys)
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            for name in (self.db_name, f"{self.db_name}_base"):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def sql(self, text: str) -> Any:
         with psycopg.connect(self.url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
@@ -242,8 +211,7 @@ class Bench:
             wall = time.perf_counter() - t0
             self.rows.append((f"embedded runner, {jobs} process{'es' if jobs > 1 else ''}, {n} configs",
                               f"{n / wall:.1f} configs/s", f"{wall:.1f} s"))
-        workers = [self.spawn(f"worker{i}", "worker", "--queue", "cpu", "--concurrency", "1", "--name", f"bench{i}@{self.prefix}")
-                   for i in range(2)]
+        workers = [self.stack.start_worker(f"bench{i}@{self.prefix}", concurrency=1, wait=False) for i in range(2)]
         wait_for(lambda: len([w for w in self.http.get("/workers?alive=true").json()["data"]
                               if w["queue"] == f"{self.prefix}cpu"]) == 2, 90, "two registered workers", interval=0.2)
         t0 = time.perf_counter()
@@ -253,7 +221,7 @@ class Bench:
         self.rows.append((f"2 cpu workers via API + Redis + PostgreSQL, {n} configs", f"{n / wall:.1f} configs/s",
                           f"{wall:.1f} s (POST to done)"))
         for proc in workers:
-            self.stop(proc)
+            proc.stop(grace_s=30)
 
     # --- 3. failure queries over a million results -------------------------------------------------
     def failure_queries(self) -> None:
@@ -292,6 +260,24 @@ class Bench:
         self.rows.append((f"GET /failures/summary of the whole store ({len(whole)} requests)",
                           f"p50 {statistics.median(whole) * 1e3:.0f} / p95 {p95(whole) * 1e3:.0f} ms", "full scan; not in the mix"))
 
+    # --- 4. the API under concurrent clients, against a baseline ---------------------------------
+    def api_load(self) -> None:
+        from store.migrate import upgrade
+
+        stacks = {"this tree": self.stack}
+        if self.args.baseline:
+            name = f"{self.db_name}_base"
+            with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+            upgrade(url)
+            (self.logs / "baseline").mkdir()
+            tree = export_revision(ROOT, self.args.baseline, self.logs / "baseline-tree")
+            self.baseline = self._stack(url, f"base{self.prefix}", self.logs / "baseline", tree)
+            self.baseline.start_api()
+            stacks = {f"baseline {self.args.baseline}": self.baseline, **stacks}
+        self.rows += compare(stacks, self.args.clients, self.args.load_rounds, self.args.phases, self.args.pace)
+
     def report(self) -> None:
         w0 = max(len(r[0]) for r in self.rows)
         w1 = max(len(r[1]) for r in self.rows)
@@ -307,13 +293,22 @@ def main() -> None:
     parser.add_argument("--sweep-configs", type=int, default=10_000)
     parser.add_argument("--e2e-configs", type=int, default=120)
     parser.add_argument("--rounds", type=int, default=20, help="repetitions of the query mix")
+    parser.add_argument("--parts", default="submission,e2e,queries,load", help="which parts, comma-separated")
+    parser.add_argument("--baseline", default="main", help="the revision the load part compares with ('' for none)")
+    parser.add_argument("--clients", type=int, default=20, help="concurrent clients of the load part")
+    parser.add_argument("--load-rounds", type=int, default=10, help="sweeps each client submits per phase")
+    parser.add_argument("--phases", type=int, default=2, help="phases per API, alternating")
+    parser.add_argument("--pace", type=float, default=1.0, help="seconds between a paced client's rounds")
     args = parser.parse_args()
+    parts = {"submission": "submission", "e2e": "end_to_end", "queries": "failure_queries", "load": "api_load"}
+    chosen = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if any(p not in parts for p in chosen):
+        parser.error(f"--parts: one or more of {', '.join(parts)}")
     bench = Bench(args)
     try:
         bench.setup()
-        bench.submission()
-        bench.end_to_end()
-        bench.failure_queries()
+        for part in chosen:
+            getattr(bench, parts[part])()
     finally:
         bench.teardown()
         bench.report()

@@ -335,6 +335,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--baseline-env", action="append", default=[], metavar="VAR=VALUE", type=_env_pair,
                         help="also run the warm sweep with these variables set (repeatable) and print "
                              "the ratio: a change measured against what it replaced in one run")
+    parser.add_argument("--ranges", type=json.loads, default={},
+                        help='sampled ranges to override, as POST /sweeps takes them: \'{"seq_len_k": [1, 256]}\' '
+                             "(hostemu emulates every GPU thread: keep its configs small)")
     parser.add_argument("--confined", action="store_true",
                         help="also run the warm sweep with every kernel confined, as a fetched commit's, and print "
                              "the ratio to the warm run: the confinement's cost")
@@ -353,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
     probe = get_backend(args.backend)
     info = probe.device_info()
     probe.close()
-    spec = SweepSpec(samples=args.samples, seed=args.seed, backend=info.backend)
+    spec = SweepSpec(samples=args.samples, seed=args.seed, backend=info.backend, ranges=args.ranges)
     print(f"backend {info.backend} on {info.device}; {args.samples} configs, seed {args.seed}, "
           f"jobs {args.jobs}, compile cache {os.environ['ATTNSWEEP_KERNEL_CACHE']}")
 

@@ -15,7 +15,8 @@ How a confined run that gives no answer ends (sweeps.runner turns each into the 
 - its process died of SIGSEGV, SIGBUS, SIGILL or SIGFPE: DeviceFault (the kernel faulted on
   its device, the host for hostemu) -> `fault`;
 - killed by a limit of the confinement (CPU time, file size), by SIGKILL, aborted, exited, or
-  answered something malformed: ConfinementError -> `error`, "confined run: <reason>";
+  answered something malformed: ConfinementError -> `error`, "confined run: <reason>"; out of
+  memory under its limit (a MemoryError it reports): `oom`;
 - no answer within its time limit: ConfinementTimeout -> `timeout`; the process is killed.
 After any of these the next request starts a new process, as after a device fault that poisoned
 the confined process's context. This process itself is never poisoned.
@@ -113,7 +114,8 @@ def _raise_failure(reply: Mapping[str, Any]) -> None:
     if kind == "DeviceOutOfMemory":
         raise DeviceOutOfMemory(message)
     if kind == "MemoryError":
-        raise ConfinementError(f"out of memory under the limit of the confined process: {message}")
+        raise MemoryError(f"confined run: out of memory under the confined process's limit "
+                          f"(ATTNSWEEP_SANDBOX_MEMORY_BYTES): {message}")
     if kind == "BackendUnavailable":
         raise BackendUnavailable(message)
     if kind == "PluginError":
@@ -174,6 +176,7 @@ class ConfinedBackend(Backend):
         self.started = 0   # confined processes started, for the record and the tests
         self._proc: subprocess.Popen | None = None
         self._stderr: collections.deque[bytes] = collections.deque()
+        self._drainer: threading.Thread | None = None
         self._info: DeviceInfo | None = None
         self._cpu_s = 0.0
         self._start()
@@ -203,7 +206,9 @@ class ConfinedBackend(Backend):
         except SandboxUnavailable as exc:
             raise BackendUnavailable(f"confined run: {exc}") from None
         self._proc, self.started, self._stderr = proc, self.started + 1, collections.deque()
-        threading.Thread(target=self._drain, args=(proc,), daemon=True, name="confined-stderr").start()
+        self._drainer = threading.Thread(target=self._drain, args=(proc, self._stderr), daemon=True,
+                                         name="confined-stderr")
+        self._drainer.start()
         kernel_settings = {k: getattr(self.settings, k) for k in KERNEL_SETTINGS}
         kernel_settings["kernel_cache"] = str(self.cache_dir())
         try:
@@ -230,8 +235,9 @@ class ConfinedBackend(Backend):
                                          kernel_version=info.kernel_version[:64])
         self._cpu_s = float(reply.get("cpu_s") or 0.0)
 
-    def _drain(self, proc: subprocess.Popen) -> None:
-        kept, size = self._stderr, 0
+    @staticmethod
+    def _drain(proc: subprocess.Popen, kept: collections.deque[bytes]) -> None:
+        size = 0
         for chunk in iter(lambda: proc.stderr.read1(8192), b""):
             kept.append(chunk)
             size += len(chunk)
@@ -318,6 +324,8 @@ class ConfinedBackend(Backend):
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
+        if self._drainer is not None:   # its last words (an abort's message) are the reason shown
+            self._drainer.join(timeout=2)
         # bubblewrap passes on its program's death by a signal as 128 + the signal's number.
         return -(code - 128) if code > 128 else code
 

@@ -3,7 +3,8 @@
 A confined process is started as
 `bwrap <namespaces> <mounts> -- setpriv <uid> -- prlimit <limits> -- <program>`:
 - bubblewrap (Debian's `bubblewrap`, Flatpak's sandbox) gives it new PID, network, IPC and UTS
-  namespaces (no network at all: not even loopback is up) and a root of its own: an empty
+  namespaces (a network of its own: its own loopback and nothing else, so no service of the
+  host, on loopback or anywhere, can be reached) and a root of its own: an empty
   tmpfs holding read-only binds of /usr (with /bin and /lib as its links), the dynamic
   loader's cache, the Python installation and the project's own packages, a private writable
   /tmp (a tmpfs of ATTNSWEEP_SANDBOX_TMP_BYTES), fresh /proc and a minimal /dev; GPU runs also
@@ -13,8 +14,10 @@ A confined process is started as
 - where the service runs as root, util-linux's `setpriv` then drops to ATTNSWEEP_SANDBOX_UID
   and its gid, with no supplementary groups, no capabilities and no_new_privs: a uid mapped to
   nobody inside a user namespace is still root outside it and reads what root reads, a real
-  unprivileged uid does not. (Run as another user, the process keeps that user's uid inside an
-  unprivileged user namespace.)
+  unprivileged uid does not. Where root may not mount (a container without CAP_SYS_ADMIN),
+  the uid is dropped before bubblewrap instead, which then builds the sandbox in an
+  unprivileged user namespace of that uid (MODES; `check` picks the first that runs here). Run as
+  another user, the process keeps that user's uid, in an unprivileged user namespace.
 - util-linux's `prlimit` sets its rlimits: CPU seconds, memory, file size, processes, no core.
 - bubblewrap's own process (PID 1 inside) is started with an environment of a few fixed
   variables, and the program with only those given here: nothing of the service's
@@ -50,6 +53,12 @@ GPU_TREES = ("/usr/local/cuda", "/opt/rocm")
 TOP_LINKS = ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin")
 # The dynamic loader's files under /etc; the rest of /etc is not the program's business.
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
+
+
+# How the uid is dropped (`check` picks the first that works on this host):
+# "setpriv": bubblewrap as root, setpriv inside; "userns": the sandbox uid before bubblewrap, an
+# unprivileged user namespace; "user": the caller is not root and keeps its uid.
+MODES = ("setpriv", "userns")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -95,11 +104,12 @@ class Confinement:
         """Whether the program runs as ATTNSWEEP_SANDBOX_UID (the caller is root) or keeps the caller's uid."""
         return os.geteuid() == 0
 
-    def command(self, program: list[str]) -> list[str]:
-        """The full command line that runs `program` confined."""
+    def command(self, program: list[str], mode: str = "setpriv") -> list[str]:
+        """The full command line that runs `program` confined, the uid dropped as `mode` says."""
+        setpriv = self.drops_uid and mode == "setpriv"
         args = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--hostname", "confined"]
-        if not self.drops_uid:
+        if not setpriv:
             args.append("--unshare-user")
         made: set[str] = set()
 
@@ -131,7 +141,7 @@ class Confinement:
         args.extend(["--chdir", "/tmp", "--clearenv"])
         for key, value in {**BASE_ENV, **self.env}.items():
             args.extend(["--setenv", key, value])
-        if self.drops_uid:
+        if setpriv:
             args.extend(["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
                          "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
                          "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"])
@@ -147,11 +157,17 @@ class Confinement:
 
     def popen(self, program: list[str], **kwargs) -> subprocess.Popen:  # noqa: ANN003
         """Start `program` confined; bubblewrap itself gets BASE_ENV's PATH and nothing else."""
-        check(self.bwrap)
+        mode = check(self.bwrap, self.uid, self.gid)
         for path in self.writable:
             if self.drops_uid:
                 os.chown(path, self.uid, self.gid)
-        return subprocess.Popen(self.command(program), env={"PATH": BASE_ENV["PATH"]}, **kwargs)
+        return subprocess.Popen(self.command(program, mode), env={"PATH": BASE_ENV["PATH"]},
+                                **_as_sandbox_uid(self, mode), **kwargs)
+
+
+def _as_sandbox_uid(c: Confinement, mode: str) -> dict:
+    """Popen's arguments that start bubblewrap as the sandbox uid (mode "userns") or as the caller."""
+    return dict(user=c.uid, group=c.gid, extra_groups=[]) if c.drops_uid and mode == "userns" else {}
 
 
 def _mounts(read_only: Iterable[str], gpu: bool) -> list[str]:
@@ -205,18 +221,24 @@ def python_paths(packages: Iterable[str]) -> tuple[list[str], list[str]]:
 
 
 @lru_cache(maxsize=4)
-def check(bwrap: str = "bwrap") -> None:
-    """SandboxUnavailable with the reason when bubblewrap, setpriv or prlimit is missing or a
-    confined `true` does not run; checked once per process."""
+def check(bwrap: str = "bwrap", uid: int = 61000, gid: int = 61000) -> str:
+    """The mode that confines on this host (MODES; "user" when not root): the first in which a
+    confined `true` runs. SandboxUnavailable with the reasons when bubblewrap, setpriv or prlimit
+    is missing or no mode runs. Checked once per process."""
     for tool in (bwrap, "setpriv", "prlimit"):
         if shutil.which(tool) is None:
             raise SandboxUnavailable(f"{tool} is not installed on this host (Debian: apt-get install bubblewrap "
                                      "util-linux); code that did not ship is never run unconfined")
-    probe = Confinement(Limits(10, 1 << 30, 1 << 20, 64, 16 << 20), 61000, 61000, bwrap)
-    try:
-        done = subprocess.run(probe.command(["true"]), env={"PATH": PATH}, capture_output=True, timeout=30)
-    except subprocess.TimeoutExpired:
-        raise SandboxUnavailable("bubblewrap did not start a confined process within 30 s") from None
-    if done.returncode:
-        raise SandboxUnavailable("bubblewrap cannot start a confined process here: "
-                                 + done.stderr.decode(errors="replace").strip()[:300])
+    probe = Confinement(Limits(10, 1 << 30, 1 << 20, 64, 16 << 20), uid, gid, bwrap)
+    reasons = []
+    for mode in MODES if probe.drops_uid else ("user",):
+        try:
+            done = subprocess.run(probe.command(["true"], mode), env={"PATH": PATH}, capture_output=True, timeout=30,
+                                  **_as_sandbox_uid(probe, mode))
+        except subprocess.TimeoutExpired:
+            reasons.append(f"{mode}: no start within 30 s")
+            continue
+        if done.returncode == 0:
+            return mode
+        reasons.append(f"{mode}: {done.stderr.decode(errors='replace').strip()[:200]}")
+    raise SandboxUnavailable("bubblewrap cannot start a confined process here: " + "; ".join(reasons))

@@ -35,14 +35,37 @@ def strip_userinfo(url: str) -> str:
 _scrub_logs: Callable[[str], str] | None = None
 
 
+def _scrub_arg(arg: object, scrub: Callable[[str], str]) -> object:
+    # Numbers stay numbers (a "%d" needs one); anything whose text shows a secret becomes that text scrubbed.
+    if arg is None or isinstance(arg, (bool, int, float)):
+        return arg
+    text = arg if isinstance(arg, str) else str(arg)
+    clean = scrub(text)
+    return clean if clean != text or isinstance(arg, str) else arg
+
+
 def _scrub_record(record: logging.LogRecord) -> None:
-    if _scrub_logs is None:
+    """The record's message, each argument (formatters such as uvicorn's read them one by one)
+    and its exception text, scrubbed."""
+    scrub = _scrub_logs
+    if scrub is None:
         return
-    record.msg, record.args = _scrub_logs(record.getMessage()), None
+    if isinstance(record.args, tuple):
+        record.args = tuple(_scrub_arg(a, scrub) for a in record.args)
+    elif isinstance(record.args, dict):
+        record.args = {k: _scrub_arg(v, scrub) for k, v in record.args.items()}
+    try:
+        message = record.getMessage()
+    except (TypeError, ValueError):   # a record that never formatted: leave it to the handler's error
+        message = None
+    if message is not None and scrub(message) != message:
+        # The template itself shows one, or a URL spans the template and an argument: the whole
+        # message, formatted and scrubbed, replaces both.
+        record.msg, record.args = scrub(message), None
     if record.exc_info and not record.exc_text:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
     if record.exc_text:
-        record.exc_text = _scrub_logs(record.exc_text)
+        record.exc_text = scrub(record.exc_text)
 
 
 def install_log_scrubbing(scrub: Callable[[str], str]) -> None:

@@ -110,6 +110,14 @@ def store_clusters(session: Session, sweep_id: int, clusters: Sequence[Mapping[s
     _finish(session, sweep_id, "done", runs=runs)
 
 
+def release_triage(session: Session, sweep_id: int) -> None:
+    """A running triage that was interrupted (its worker shut down, the database went away)
+    goes back to `pending` and unpublished: the reconciler publishes its task again, as for a
+    triage whose task the broker never took."""
+    session.execute(update(SweepTriage).where(SweepTriage.sweep_id == sweep_id, SweepTriage.status == "running")
+                    .values(status="pending", started_at=None, enqueued_at=None))
+
+
 def fail_triage(session: Session, sweep_id: int, reason: str) -> None:
     """The triage could not be computed: `failed` with the reason (the sweep itself is unchanged)."""
     _finish(session, sweep_id, "failed", error=reason[:MAX_ERROR])

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Iterator
 
-from sqlalchemy import create_engine, event, exc as sa_exc
+from sqlalchemy import create_engine, event, exc as sa_exc, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -27,6 +27,27 @@ def is_unreachable(error: BaseException) -> bool:
     if isinstance(error, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)):
         return True
     return isinstance(error, sa_exc.DBAPIError) and bool(error.connection_invalidated)
+
+
+def check_writable(session: Session) -> None:
+    """Raise when the database answers but cannot write. PostgreSQL with a full disk still
+    answers queries and refuses only what needs new space: this creates a temporary table and
+    writes a page of it, which extends a file on the database's disk, then rolls it back."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    try:
+        session.execute(text("CREATE TEMP TABLE attnsweep_write_probe (b bytea) ON COMMIT DROP"))
+        session.execute(text("INSERT INTO attnsweep_write_probe VALUES ('x')"))
+    finally:
+        session.rollback()
+
+
+def commit_without_flush_wait(session: Session) -> None:
+    """Commit, on PostgreSQL without waiting for the WAL to reach the disk (synchronous_commit
+    off for this transaction): for writes that a crash may lose because someone redoes them."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL synchronous_commit = off"))
+    session.commit()
 
 
 def normalize_url(url: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from attnconfig import AttentionConfig
@@ -62,10 +62,13 @@ def create_sweep(
     draws: int,
     filtered: Mapping[str, int],
     configs: Iterable[AttentionConfig],
+    columns: Mapping[str, Any] | None = None,
 ) -> Sweep:
-    """Store a sampled sweep with its filter counts and every accepted config, queued."""
+    """Store a sampled sweep with its filter counts and every accepted config, queued.
+    `columns`: more of the sweep's columns (a service sweep's queue), in the same INSERT."""
     configs = list(configs)
     sweep = Sweep(
+        **(columns or {}),
         label=label,
         status="queued",
         seed=seed,
@@ -86,46 +89,65 @@ def create_sweep(
     return sweep
 
 
-def store_plan(session: Session, plan: "SweepPlan") -> Sweep:
-    """Store a planned sweep (sweeps.plan.plan_sweep), queued; the caller commits."""
+def store_plan(session: Session, plan: "SweepPlan", **columns: Any) -> Sweep:
+    """Store a planned sweep (sweeps.plan.plan_sweep), queued, with more of its `columns`; the
+    caller commits."""
     return create_sweep(session, request=plan.request, seed=plan.seed, backend=plan.backend, label=plan.label,
                         splitkv_budget=plan.budget.bytes, budget_source=plan.budget.source, device=plan.device,
-                        draws=plan.draws, filtered=plan.filtered, configs=plan.configs)
+                        draws=plan.draws, filtered=plan.filtered, configs=plan.configs, columns=columns)
 
 
-def record_result(session: Session, sweep_id: int, config_hash: str, row: Mapping[str, Any], worker: str | None = None) -> None:
-    """Write a config's result over its queued row: a re-run replaces, never duplicates."""
-    record_results(session, sweep_id, [(config_hash, row, worker)])
+def record_result(session: Session, sweep_id: int, config_hash: str, row: Mapping[str, Any], worker: str | None = None,
+                  *, clear_start: bool = False) -> bool:
+    """Store a config's result over its queued row, unless a result is stored already (first
+    write wins). False when this one came late and was discarded."""
+    return not record_results(session, sweep_id, [(config_hash, row, worker)], clear_start=clear_start)
 
 
-def record_results(session: Session, sweep_id: int,
-                   results: Sequence[tuple[str, Mapping[str, Any], str | None]]) -> None:
+def record_results(session: Session, sweep_id: int, results: Sequence[tuple[str, Mapping[str, Any], str | None]],
+                   *, clear_start: bool = False) -> list[str]:
     """record_result for several (config_hash, row, worker) in one statement, executed once per
     row (executemany). Building an ORM UPDATE of some forty columns costs about 2 ms a row in
     SQLAlchemy and its execution 0.1 ms: the embedded pool's parent stores hundreds a second at
     the end of a sweep. A column one row names and another does not is written NULL in the
-    other (ConfigResult.to_row names every column). Raises LookupError naming the configs the
-    sweep does not have (and writes none of them, as the caller's transaction rolls back)."""
+    other (ConfigResult.to_row names every column).
+
+    A stored result is final: the update is a compare-and-set on the row's state, so a config
+    already `done` keeps its result and a late or repeated run (a worker that woke after its
+    task's lease went to another, a batch delivered twice) changes nothing but `attempts`,
+    which counts every result that arrived. Returns the hashes of those discarded results.
+    `clear_start`: these results end runs that begin_config marked, and the marks go with them.
+    Raises LookupError naming the configs the sweep does not have (and writes none of them, as
+    the caller's transaction rolls back)."""
     if not results:
-        return
+        return []
     table = ConfigRun.__table__
-    keys = sorted({k for _h, row, _w in results for k in row})
-    stmt = (
-        update(table)
-        .where(table.c.sweep_id == bindparam("p_sweep_id"), table.c.config_hash == bindparam("p_config_hash"))
-        .values({**{k: bindparam("v_" + k, type_=table.c[k].type) for k in keys},
-                 "state": "done", "worker": bindparam("p_worker"), "finished_at": bindparam("p_finished_at"),
-                 "attempts": table.c.attempts + 1})
-    )
-    params = [{"p_sweep_id": sweep_id, "p_config_hash": h, "p_worker": worker, "p_finished_at": now(),
-               **{"v_" + k: row.get(k) for k in keys}} for h, row, worker in results]
-    done = session.connection().execute(stmt, params)
-    if done.rowcount != len(results):
-        hashes = [h for h, _row, _w in results]
-        have = set(session.scalars(select(ConfigRun.config_hash).where(
-            ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash.in_(hashes))))
-        missing = [h for h in hashes if h not in have] or hashes
+    hashes = [h for h, _row, _w in results]
+    states = dict(session.execute(select(table.c.config_hash, table.c.state).where(
+        table.c.sweep_id == sweep_id, table.c.config_hash.in_(hashes)).with_for_update()).all())
+    missing = [h for h in hashes if h not in states]
+    if missing:
         raise LookupError(f"sweep {sweep_id} has no config {', '.join(missing)}")
+    late = [h for h in hashes if states[h] == "done"]
+    fresh = [r for r in results if states[r[0]] != "done"]
+    if fresh:
+        keys = sorted({k for _h, row, _w in fresh for k in row})
+        values = {**{k: bindparam("v_" + k, type_=table.c[k].type) for k in keys},
+                  "state": "done", "worker": bindparam("p_worker"), "finished_at": bindparam("p_finished_at"),
+                  "attempts": table.c.attempts + 1}
+        if clear_start:
+            values["starts"] = case((table.c.starts > 0, table.c.starts - 1), else_=0)
+        stmt = (update(table)
+                .where(table.c.sweep_id == bindparam("p_sweep_id"), table.c.config_hash == bindparam("p_config_hash"),
+                       table.c.state != "done")
+                .values(values))
+        session.connection().execute(stmt, [
+            {"p_sweep_id": sweep_id, "p_config_hash": h, "p_worker": worker, "p_finished_at": now(),
+             **{"v_" + k: row.get(k) for k in keys}} for h, row, worker in fresh])
+    if late:
+        session.execute(update(ConfigRun).where(ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash.in_(late))
+                        .values(attempts=ConfigRun.attempts + 1))
+    return late
 
 
 def set_status(session: Session, sweep_id: int, status: str, error: str | None = None) -> None:
@@ -214,14 +236,20 @@ def pending_hashes(session: Session, sweep_id: int, hashes: Iterable[str]) -> se
     return set(rows)
 
 
-def begin_config(session: Session, sweep_id: int, config_hash: str) -> int:
-    """Count one more start of a queued config; returns the starts so far (0: not queued)."""
-    session.execute(update(ConfigRun).where(
-        ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash == config_hash, ConfigRun.state == "queued",
-    ).values(starts=ConfigRun.starts + 1))
+def begin_config(session: Session, sweep_id: int, config_hash: str, count: bool = True) -> int | None:
+    """Mark a queued config's kernel as launched, before the launch: `starts` counts the runs of
+    it that have not come back, so a mark still there when the config is begun again is a
+    process that died while running it. The result's write clears the mark (record_results'
+    clear_start). Returns the marks, this one included; None when the config is no longer
+    queued (another worker stored it, or its sweep was cancelled). `count=False` reads them
+    without marking (a run whose result was computed but could not be written)."""
+    if count:
+        session.execute(update(ConfigRun).where(
+            ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash == config_hash, ConfigRun.state == "queued",
+        ).values(starts=ConfigRun.starts + 1))
     starts = session.scalar(select(ConfigRun.starts).where(
         ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash == config_hash, ConfigRun.state == "queued"))
-    return int(starts or 0)
+    return None if starts is None else int(starts)
 
 
 def mark_running(session: Session, sweep_id: int) -> None:

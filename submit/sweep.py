@@ -156,17 +156,18 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
     plan = planned(spec, device_total_memory=memory, device=device, configs=configs, request_extra=extra,
                    sanitize=sanitize, defects=tuple(sorted(defects)), prior=coverage_prior(session, spec, configs))
 
-    def store(s: Session) -> int:
-        sweep = repo.store_plan(s, plan)
-        sweep.queue, sweep.rerun_of, sweep.kernel = queue, rerun_of, spec.kernel
-        sweep.idempotency_key, sweep.request_sha256 = key, digest
-        sweep.submitted_by = submitted_by
+    kept: list[Sweep] = []   # the session holds it weakly: a reference spares reading it back
+
+    def store(s: Session) -> Sweep:
+        sweep = repo.store_plan(s, plan, queue=queue, rerun_of=rerun_of, idempotency_key=key, request_sha256=digest,
+                                submitted_by=submitted_by, kernel=spec.kernel)
+        kept.append(sweep)
         if also_store is not None:
             also_store(s, sweep)
-        return sweep.id
+        return sweep
 
     try:
-        done = commit_and_publish(session, celery, settings, store)
+        done = commit_and_publish(session, celery, settings, store, plan.configs)
     except IntegrityError:
         # Two requests with one key raced: the first one's commit won; answer with its sweep.
         session.rollback()
@@ -200,11 +201,9 @@ def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: i
     plan = planned(spec, device_total_memory=device_total_memory, device=device, sanitize=sanitize,
                    defects=tuple(sorted(defects)), prior=prior)
     with session_scope(url) as s:
-        sweep = repo.store_plan(s, plan)
-        sweep.submitted_by, sweep.kernel = "cli", spec.kernel
-        if kernel_identity and kernel_identity[1]:
-            sweep.kernel_name, sweep.kernel_version = kernel_identity[0][:200], kernel_identity[1][:64]
-        sweep_id = sweep.id
+        ran_as = {"kernel_name": kernel_identity[0][:200], "kernel_version": kernel_identity[1][:64]} \
+            if kernel_identity and kernel_identity[1] else {}
+        sweep_id = repo.store_plan(s, plan, submitted_by="cli", kernel=spec.kernel, **ran_as).id
     with (started(sweep_id, len(plan.configs)) if started else nullcontext()) as on_result:
         execute_sweep(url, sweep_id, backend, defects=defects, jobs=jobs, on_result=on_result, gpus=gpus,
                       time_limit_s=time_limit_s)

@@ -47,6 +47,7 @@ from sqlalchemy.orm import Session
 from attnconfig import AttentionConfig, parse_config
 from settings import Settings
 from store import repo
+from store.db import commit_without_flush_wait
 from store.models import ConfigRun, Sweep
 from workers.app import CI_PRIORITY, PRIORITY_STEPS, SWEEP_PRIORITY, TASK_RUN_CONFIGS, redis_client
 from workers.bisect import publish_pending as publish_bisections
@@ -76,24 +77,31 @@ def priority_of(sweep: Sweep) -> int:
 
 
 # --- publishing --------------------------------------------------------------------------------
-def _pending_rows(session: Session, sweep_id: int) -> list[tuple[str, dict[str, Any]]]:
-    query = (select(ConfigRun.config_hash, ConfigRun.config)
-             .where(ConfigRun.sweep_id == sweep_id, ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None))
-             .order_by(ConfigRun.seq))
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True)
-    return [(h, c) for h, c in session.execute(query)]
+def _claim_pending(session: Session, sweep_id: int) -> list[tuple[str, dict[str, Any]]]:
+    """Mark the sweep's configs "to publish" published, in the caller's transaction, and return
+    them (hash, config) in sampled order. The update holds their rows until the commit: a second
+    publisher (the reconciler beside the submitter) waits, then finds them marked."""
+    table = ConfigRun.__table__
+    rows = session.execute(
+        update(table)
+        .where(table.c.sweep_id == sweep_id, table.c.state == "queued", table.c.enqueued_at.is_(None))
+        .values(enqueued_at=repo.now(), enqueues=table.c.enqueues + 1)
+        .returning(table.c.seq, table.c.config_hash, table.c.config)).all()
+    return [(h, c) for _seq, h, c in sorted(rows, key=lambda r: r[0])]
 
 
-def publish_sweep(session: Session, celery: Celery, settings: Settings, sweep: Sweep) -> int:
+def publish_sweep(session: Session, celery: Celery, settings: Settings, sweep: Sweep,
+                  known: Iterable[AttentionConfig] = ()) -> int:
     """Publish the sweep's configs marked "to publish" and mark them published; returns the
-    tasks sent. Commits. Raises whatever the broker raised (nothing is marked then)."""
-    rows = _pending_rows(session, sweep.id)
+    tasks sent. Commits. Raises whatever the broker raised (nothing is marked then). `known`:
+    configs already parsed (the submitter's), read back from the store only where missing."""
+    rows = _claim_pending(session, sweep.id)
     if not rows:
         session.commit()
         return 0
+    parsed = {c.content_hash(): c for c in known}
     request = sweep.request or {}
-    items: list[tuple[str, dict[str, Any], AttentionConfig]] = [(h, c, parse_config(c)) for h, c in rows]
+    items: list[tuple[str, dict[str, Any], AttentionConfig]] = [(h, c, parsed.get(h) or parse_config(c)) for h, c in rows]
     try:
         tasks = enqueue_configs(celery, settings, sweep_id=sweep.id, backend=sweep.backend, configs=items,
                                 defects=request.get("defects") or [], err_ratio_gate=request.get("err_ratio_gate"),
@@ -101,12 +109,9 @@ def publish_sweep(session: Session, celery: Celery, settings: Settings, sweep: S
     except BaseException:
         session.rollback()
         raise
-    hashes = [h for h, _c in rows]
-    for i in range(0, len(hashes), 1000):
-        session.execute(update(ConfigRun)
-                        .where(ConfigRun.sweep_id == sweep.id, ConfigRun.config_hash.in_(hashes[i:i + 1000]))
-                        .values(enqueued_at=repo.now(), enqueues=ConfigRun.enqueues + 1))
-    session.commit()
+    # A mark lost in a crash only publishes these configs again (the reconciler), and workers
+    # skip what is stored: the commit need not wait for the disk (one flush less per POST).
+    commit_without_flush_wait(session)
     return tasks
 
 
@@ -128,20 +133,20 @@ def publish_pending(session: Session, celery: Celery, settings: Settings, sweep_
 
 
 # --- the one submit path -------------------------------------------------------------------------
-def submit(session: Session, celery: Celery, settings: Settings, store: Callable[[Session], int]) -> Submitted:
+def submit(session: Session, celery: Celery, settings: Settings, store: Callable[[Session], Sweep],
+           known: Iterable[AttentionConfig] = ()) -> Submitted:
     """Commit a sweep with its outbox marks, then try to publish it.
 
     `store(session)` writes the sweep and its configs (sweeps.plan.plan_sweep plus whatever the
     caller adds: queue, CI columns, idempotency key, delivery) without committing and returns the
-    sweep id; this function commits it all in one transaction, then publishes. A broker that
-    refuses or does not answer leaves the sweep queued for the reconciler; it is logged, not
-    raised."""
-    sweep_id = store(session)
+    sweep; this function commits it all in one transaction, then publishes (`known`: the
+    configs, parsed). A broker that refuses or does not answer leaves the sweep queued for the
+    reconciler; it is logged, not raised."""
+    sweep = store(session)
     session.commit()
-    sweep = session.get(Sweep, sweep_id)
-    total = sweep.configs_total
+    sweep_id, total = sweep.id, sweep.configs_total
     try:
-        tasks = publish_sweep(session, celery, settings, sweep)
+        tasks = publish_sweep(session, celery, settings, sweep, known)
     except Exception as exc:  # noqa: BLE001 - any broker failure: the reconciler publishes later
         log.warning("sweep %s is committed; publishing its configs failed (%s: %s), the reconciler will",
                     sweep_id, type(exc).__name__, exc)
@@ -400,6 +405,23 @@ def stuck_sweeps(session: Session, after_s: float) -> list[int]:
         if queued == 0 or idle or (unpublished and _aware(created) < cutoff):
             out.append(sid)
     return out
+
+
+def stalled_seconds(session: Session) -> float:
+    """Seconds since anything moved for the configs waiting in queued or running service sweeps:
+    since the last result stored in such a sweep, or since the newest of them was created; 0
+    when no config waits. A broker that lost its tasks (flushed, restarted empty) shows here
+    until the reconciler requeues them."""
+    rows = session.execute(
+        select(Sweep.created_at, func.max(ConfigRun.finished_at))
+        .join(ConfigRun, ConfigRun.sweep_id == Sweep.id)
+        .where(Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None))
+        .group_by(Sweep.id, Sweep.created_at)
+        .having(func.count(ConfigRun.id).filter(ConfigRun.state == "queued") > 0)).all()
+    moments = [_aware(t) for row in rows for t in row if t is not None]
+    if not moments:
+        return 0.0
+    return max(0.0, (repo.now() - max(moments)).total_seconds())
 
 
 def _aware(t: Any) -> Any:

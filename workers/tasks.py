@@ -4,7 +4,9 @@ finished sweep to workers.triage and a bisection to workers.bisect.
 A batch that cannot reach the database is retried with backoff, never acknowledged as done:
 the task is published again (same arguments, queue and priority) with a countdown of 2, 4, 8 ...
 seconds, at most DB_RETRY_MAX_S, for as long as the database stays away. Results are idempotent
-(configs already recorded are skipped), so the retry runs only what is still queued.
+(configs already recorded are skipped), so the retry runs only what is still queued. A batch
+whose writes the database refused past workers.execute's own retries names the configs whose
+kernel came back (`returned`), so that running them again is not counted as a process death.
 """
 from __future__ import annotations
 
@@ -58,21 +60,24 @@ class ConfigBatchTask(Task):
 
 @shared_task(name=TASK_RUN_CONFIGS, bind=True, base=ConfigBatchTask)
 def run_configs(self: ConfigBatchTask, sweep_id: int, items: list, backend: str, defects: list | None = None,
-                err_ratio_gate: float | None = None) -> dict[str, int]:
+                err_ratio_gate: float | None = None, returned: list | None = None) -> dict[str, int]:
     """Run one batch, [[config_hash, config], ...] of sweep `sweep_id`, on `backend`."""
     from store.db import is_unreachable
-    from workers.execute import execute_batch
+    from workers.execute import ResultsNotStored, execute_batch
 
     try:
         return execute_batch(self.settings, sweep_id, items, backend, defects or (), err_ratio_gate,
-                             worker=self.request.hostname, celery=self.app)
+                             worker=self.request.hostname, celery=self.app, returned=returned or ())
     except Exception as exc:
-        if not is_unreachable(exc):
+        if not (is_unreachable(exc) or isinstance(exc, ResultsNotStored)):
             raise
+        kwargs = dict(self.request.kwargs or {})
+        if isinstance(exc, ResultsNotStored) and exc.returned:
+            kwargs["returned"] = sorted(set(returned or ()) | set(exc.returned))
         countdown = db_retry_countdown(self.request.retries)
         log.warning("sweep %s: the database cannot be reached (%s); batch of %d configs retried in %.0f s (try %d)",
                     sweep_id, type(exc).__name__, len(items), countdown, self.request.retries + 1)
-        raise self.retry(exc=exc, countdown=countdown) from None
+        raise self.retry(exc=exc, countdown=countdown, kwargs=kwargs) from None
 
 
 def _retry_when_unreachable(task: Task, what: str, run: Callable[[], str]) -> str:

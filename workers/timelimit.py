@@ -1,19 +1,32 @@
-"""The per-config time limit of a worker: a soft limit that raises, and a watchdog behind it.
+"""The per-config time limit of a worker, on the time the config itself ran: a soft limit that
+raises, and a watchdog behind it.
 
-The soft limit is SIGALRM in the worker's main thread: Python code (and numpy between two
-calls) stops with `ConfigTimeLimitExceeded`, the worker records `timeout` and moves on.
-Code stuck in C (a kernel that never finishes inside a driver's synchronize) never returns
-to Python; for that a watchdog thread fires `grace_s` later, records `timeout` for the
-config itself and ends the process: Celery starts a fresh one and, since the task is
-acknowledged late and rejected on worker loss, delivers the batch again, whose recorded
-configs are then skipped.
+The clock is the config's own running time, not the wall clock: a worker frozen (SIGSTOP) or
+swapped out for minutes, or a machine too busy to schedule it, must not find its config timed
+out when it runs again; a timeout is a verdict on the kernel. A watchdog thread ticks every
+TICK_S on the monotonic clock. A tick that comes more than LATE_S late means the process did
+not run for a while: the gap counts only the CPU time the process used in it (at least one
+tick), so code computing in C while holding the GIL (the tick waits for it, the CPU time goes
+on) still reaches its limit, and a stopped process (no CPU time) does not.
+
+At `seconds` of running time the watchdog interrupts the main thread with SIGALRM: Python code
+(and numpy between two calls) stops with `ConfigTimeLimitExceeded`, the worker records
+`timeout` and moves on. Code stuck in C (a kernel that never finishes inside a driver's
+synchronize) never returns to Python; for that the watchdog calls `on_hard_timeout` `grace_s`
+of running time later, which records `timeout` for the config itself and ends the process:
+Celery starts a fresh one and, since the task is acknowledged late and rejected on worker loss,
+delivers the batch again, whose recorded configs are then skipped.
 """
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+TICK_S = 0.1   # how often the watchdog reads the clocks (more often under a shorter limit)
+LATE_S = 1.0   # a tick this much past due: the process was stopped, swapped out or starved
 
 
 class ConfigTimeLimitExceeded(BaseException):
@@ -24,27 +37,61 @@ class ConfigTimeLimitExceeded(BaseException):
         super().__init__(f"exceeded the per-config time limit of {seconds:g} s")
 
 
+class RunClock:
+    """Seconds this process ran since the clock started, read by `tick` every TICK_S or so."""
+
+    def __init__(self, tick_s: float = TICK_S) -> None:
+        self.tick_s = tick_s
+        self.ran = 0.0
+        self._wall = time.monotonic()
+        self._cpu = time.process_time()
+
+    def tick(self) -> float:
+        wall, cpu = time.monotonic(), time.process_time()
+        elapsed, used = wall - self._wall, cpu - self._cpu
+        self._wall, self._cpu = wall, cpu
+        if elapsed > self.tick_s + LATE_S:
+            elapsed = max(self.tick_s, min(elapsed, used))
+        self.ran += elapsed
+        return self.ran
+
+
 @contextmanager
-def time_limit(seconds: float, grace_s: float, on_hard_timeout: Callable[[], None]) -> Iterator[None]:
-    """Raise ConfigTimeLimitExceeded after `seconds`; call `on_hard_timeout` (another thread) after `seconds + grace_s`."""
+def time_limit(seconds: float, grace_s: float, on_hard_timeout: Callable[[], None]) -> Iterator[RunClock]:
+    """Raise ConfigTimeLimitExceeded after `seconds` of running time; call `on_hard_timeout`
+    (from the watchdog thread) after `seconds + grace_s`. Yields the clock."""
+    clock = RunClock(min(TICK_S, max(0.005, seconds / 4)))
     if seconds <= 0:
-        yield
+        yield clock
         return
-    use_signal = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    use_signal = threading.current_thread() is threading.main_thread()
+    main_id = threading.get_ident()
     previous = None
     if use_signal:
         def _expire(_signum, _frame):  # noqa: ANN001
             raise ConfigTimeLimitExceeded(seconds)
 
         previous = signal.signal(signal.SIGALRM, _expire)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-    watchdog = threading.Timer(seconds + grace_s, on_hard_timeout)
-    watchdog.daemon = True
+    stop = threading.Event()
+
+    def watch() -> None:
+        soft_sent = False
+        while not stop.wait(clock.tick_s):
+            ran = clock.tick()
+            if use_signal and not soft_sent and ran >= seconds:
+                soft_sent = True
+                signal.pthread_kill(main_id, signal.SIGALRM)
+            if ran >= seconds + grace_s:
+                on_hard_timeout()
+                return
+
+    watchdog = threading.Thread(target=watch, name="attnsweep-config-watchdog", daemon=True)
     watchdog.start()
     try:
-        yield
+        yield clock
     finally:
-        watchdog.cancel()
+        stop.set()
+        if watchdog is not threading.current_thread():
+            watchdog.join(timeout=5)
         if use_signal:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)

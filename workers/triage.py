@@ -11,7 +11,9 @@
 task, or a second call, finds it done and computes nothing), runs triage.sweep.triage_sweep
 within the settings' bounds (the largest TRIAGE_CLUSTERS clusters shrunk, each shrink bounded
 in runs and seconds, each run in seconds) and stores the clusters, replacing any earlier ones.
-Any error is stored as the triage's `failed` reason: a triage never fails the sweep.
+An error of the triage itself is stored as its `failed` reason: a triage never fails the sweep.
+An interruption is no verdict: a triage whose worker is shut down (SIGTERM, SystemExit) or
+whose database goes away goes back to `pending` and runs again, like any task.
 
 A CI push sweep's bisections (workers/bisect.py: one per cluster with new failures) are planned
 here and stored in the transaction that stores the triage, done or failed, so the decision is
@@ -26,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from settings import Settings, get_settings
 from store import clusters as stored
-from store.db import session_scope
+from store.db import is_unreachable, session_scope
 from store.models import Sweep
 from workers.publish import send_background_task
 
@@ -65,13 +67,13 @@ def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, bac
             stored.store_clusters(s, sweep_id, found)
             store_plans(s, plans)
     except BaseException as exc:
-        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-        log.exception("triage of sweep %s failed", sweep_id)
-        if not isinstance(exc, Exception):
-            record_failure(url, sweep_id, reason)
+        if not isinstance(exc, Exception) or is_unreachable(exc):
+            log.warning("triage of sweep %s interrupted (%s: %s); it runs again", sweep_id, type(exc).__name__, exc)
+            release(url, sweep_id)
             raise
+        log.exception("triage of sweep %s failed", sweep_id)
         # The new failures are bisected all the same, from the sweep's results alone.
-        record_failure(url, sweep_id, reason, ci_bisection_plans(url, sweep_id, settings, None))
+        record_failure(url, sweep_id, f"{type(exc).__name__}: {exc}", ci_bisection_plans(url, sweep_id, settings, None))
         outcome = "failed"
     else:
         outcome = "done"
@@ -83,6 +85,16 @@ def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, bac
 
     post_final_status(sweep_id, url)
     return outcome
+
+
+def release(url: str, sweep_id: int) -> None:
+    """The triage back to `pending` for another try (store.clusters.release_triage); with the
+    database away it stays `running` and is taken again once stale."""
+    try:
+        with session_scope(url) as s:
+            stored.release_triage(s, sweep_id)
+    except Exception:  # noqa: BLE001 - claim_triage takes a stale running row again
+        log.exception("triage of sweep %s: not released for another try", sweep_id)
 
 
 def record_failure(url: str, sweep_id: int, reason: str, bisections: Sequence[dict[str, Any]] = ()) -> None:

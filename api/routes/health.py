@@ -1,4 +1,5 @@
-"""Liveness of the API's dependencies: the database (at the newest schema) and the broker.
+"""Liveness of the API's dependencies: the database (at the newest schema, and able to write:
+a database whose disk is full still answers reads) and the broker.
 
 /healthz answers within HEALTH_DEADLINE_S whatever its dependencies do: both are checked at
 once, each in a thread of its own, and one that has not answered by the deadline is reported
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Request, Response, status
 from sqlalchemy import text
 
 from api.schemas.health import Health
+from store.db import check_writable
 from store.migrate import is_current
 from workers.app import redis_client
 
@@ -28,6 +30,11 @@ def _database(request: Request) -> str:
     settings = request.app.state.settings
     with request.app.state.sessions() as session:
         session.execute(text("SELECT 1"))
+        try:
+            check_writable(session)
+        except Exception as exc:  # noqa: BLE001 - answers, cannot write: reported as such
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return f"error: answers but cannot write: {first}"[:300]
     if not is_current(settings.database_url):
         return "schema is behind: run `attnsweep db upgrade`"
     return "ok"
@@ -69,7 +76,8 @@ def _checked(checks: dict[str, Callable[[], str]], deadline_s: float) -> dict[st
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
 def read_health(request: Request, response: Response) -> Health:
-    """200 when the database and the broker answer, else 503 naming what failed; always within 2 s."""
+    """200 when the database answers and can write and the broker answers, else 503 naming what
+    failed; always within 2 s."""
     found = _checked({"database": lambda: _database(request), "broker": lambda: _broker(request)}, HEALTH_DEADLINE_S)
     ok = all(v == "ok" for v in found.values())
     if not ok:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+from harness import free_port, wait_for
 
 CHROMIUM = os.environ.get("ATTNSWEEP_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -36,12 +37,6 @@ class Live:
     database_url: str
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def live(pg_url: str) -> Iterator[Live]:
     import uvicorn
@@ -51,15 +46,17 @@ def live(pg_url: str) -> Iterator[Live]:
     from tests.unit.api.conftest import make_settings
 
     upgrade(pg_url)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(make_settings(pg_url)), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the API did not start")
-        time.sleep(0.05)
+
+    def started() -> bool:
+        if not thread.is_alive():
+            raise RuntimeError("the API's server thread ended before it started")
+        return server.started
+
+    wait_for(started, 20, "the API to start", interval=0.05)
     try:
         yield Live(url=f"http://127.0.0.1:{port}", database_url=pg_url)
     finally:

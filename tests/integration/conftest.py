@@ -7,31 +7,20 @@ runs in-process (FastAPI's TestClient) on the same settings.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
+
+from harness import Proc, RedisServer, ServiceStack, service_env, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("ATTNSWEEP_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+__all__ = ["Proc", "REDIS_URL", "ROOT", "Service", "start_worker", "stop_worker", "wait_for"]
 
 
 @dataclass
@@ -56,11 +45,7 @@ class Service:
         return TestClient(create_app(settings), headers=AUTH if headers is None else headers)
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSWEEP_")}
-        env.update(ATTNSWEEP_DATABASE_URL=self.url, ATTNSWEEP_BROKER_URL=REDIS_URL, ATTNSWEEP_QUEUE_PREFIX=self.prefix,
-                   ATTNSWEEP_HEARTBEAT_S="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-        env.update(extra)
-        return env
+        return service_env(self.url, REDIS_URL, self.prefix, ATTNSWEEP_HEARTBEAT_S="1", **extra)
 
 
 def _purge(prefix: str) -> None:
@@ -91,57 +76,35 @@ def service(pg_url) -> Iterator[Service]:  # noqa: ANN001
         _purge(prefix)
 
 
-@dataclass
-class Worker:
-    name: str
-    proc: subprocess.Popen
-    log: Path
-
-    def tail(self, n: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-
-
-def start_worker(service: Service, tmp_path: Path, concurrency: int = 2, **env: str) -> Worker:
+def start_worker(service: Service, tmp_path: Path, concurrency: int = 2, **env: str) -> Proc:
+    """A `attnsweep worker --queue cpu` process on the test's database and queues, returned once
+    it has registered in the workers table."""
     from store import repo
     from store.db import session_scope
 
     name = f"cpu-{uuid.uuid4().hex[:6]}@test"
-    log = tmp_path / f"{name}.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "worker", "--queue", "cpu", "--concurrency", str(concurrency), "--name", name],
-            cwd=ROOT, env=service.env(**env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    worker = Worker(name, proc, log)
 
-    def registered() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"worker exited with {proc.returncode}:\n{worker.tail()}")
+    def registered(_worker: Proc) -> bool:
         with session_scope(service.url) as s:
             return any(w.name == name for w in repo.live_workers(s, 60.0))
 
+    stack = ServiceStack(service.env(**env), tmp_path)
+    worker = stack.start_worker(name, concurrency=concurrency, wait=False)
     try:
-        wait_for(registered, 90, "the worker to register")
+        stack.wait_ready(worker, registered, timeout=90)
     except BaseException:
-        stop_worker(worker)
+        worker.stop()
         raise
     return worker
 
 
-def stop_worker(worker: Worker) -> None:
+def stop_worker(worker: Proc) -> None:
     """Warm shutdown (SIGTERM), then SIGKILL to the worker's own process group if it lingers."""
-    if worker.proc.poll() is not None:
-        return
-    worker.proc.send_signal(signal.SIGTERM)
-    try:
-        worker.proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.proc.pid, signal.SIGKILL)
-        worker.proc.wait(timeout=10)
+    worker.stop()
 
 
 @pytest.fixture
-def worker(service: Service, tmp_path: Path) -> Iterator[Worker]:
+def worker(service: Service, tmp_path: Path) -> Iterator[Proc]:
     w = start_worker(service, tmp_path)
     try:
         yield w
@@ -149,57 +112,10 @@ def worker(service: Service, tmp_path: Path) -> Iterator[Worker]:
         stop_worker(w)
 
 
-@dataclass
-class PrivateRedis:
-    """A redis-server of the test's own on a free loopback port (AOF on, as in docker-compose),
-    which the test may freeze (SIGSTOP), thaw, kill and restart without touching the shared one."""
-
-    port: int
-    dir: Path
-    proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--appendonly", "yes",
-             "--save", "", "--protected-mode", "yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        import redis
-
-        def up() -> bool:
-            try:
-                return bool(redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1).ping())
-            except redis.RedisError:
-                return False
-
-        wait_for(up, 20, f"redis-server on port {self.port}")
-
-    def freeze(self) -> None:
-        os.kill(self.proc.pid, signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        os.kill(self.proc.pid, signal.SIGCONT)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    r = PrivateRedis(free_port(), tmp_path)
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own, which it may freeze, thaw, kill and restart."""
+    r = RedisServer(tmp_path / "redis")
     r.start()
     try:
         yield r

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.conftest import Worker, start_worker, stop_worker, wait_for
+from tests.integration.conftest import Proc, start_worker, stop_worker, wait_for
 from tests.kernel_repo import CONFIG, DEFECT
 from tests.unit.ci.hooks import deliver, push_payload
 
@@ -23,7 +23,7 @@ CI_SPEC = {"dtypes": ["f16", "f32"], "ranges": {"g": [1, 2], "seq_len_q": [1, 8]
 
 
 @pytest.fixture
-def repo_worker(service, tmp_path, kernel_repo) -> Iterator[Worker]:  # noqa: ANN001
+def repo_worker(service, tmp_path, kernel_repo) -> Iterator[Proc]:  # noqa: ANN001
     """A cpu worker that reads the kernel repository as the deployment's ATTNSWEEP_KERNEL_REPO."""
     repo, _shas = kernel_repo
     w = start_worker(service, tmp_path, ATTNSWEEP_KERNEL_REPO=str(repo), ATTNSWEEP_KERNEL_REPO_CACHE=str(tmp_path / "repos"),

@@ -60,7 +60,7 @@ def _wait_verdict(client, sha: str, worker, event: str | None = None, timeout: f
 
     try:
         return wait_for(finished, timeout, f"the CI sweep of {sha[:12]} to finish", interval=0.3)
-    except AssertionError as exc:
+    except TimeoutError as exc:
         raise AssertionError(f"{exc}\nworker log:\n{worker.tail()}") from None
 
 

@@ -69,7 +69,7 @@ def test_worker_retries_batches_until_the_database_is_back(service, tmp_path):
             assert resp.status_code == 202, resp.text
             sid = resp.json()["id"]
             # Past Celery's default of 3 retries: the batch keeps waiting as long as the outage lasts.
-            wait_for(lambda: "(try 5)" in worker.log.read_text(), 90, "a batch's fifth try", interval=0.5)
+            wait_for(lambda: "(try 5)" in worker.log(), 90, "a batch's fifth try", interval=0.5)
             assert c.get(f"/sweeps/{sid}").json()["configs_done"] == 0
             relay.restore()
             t0 = time.monotonic()
@@ -79,7 +79,7 @@ def test_worker_retries_batches_until_the_database_is_back(service, tmp_path):
 
             try:
                 wait_for(done, 120, "the sweep to finish after the database came back", interval=0.5)
-            except AssertionError as exc:
+            except TimeoutError as exc:
                 raise AssertionError(f"{exc}\n{worker.tail(60)}") from None
             recovery = time.monotonic() - t0
         with session_scope(service.url) as s:
@@ -91,3 +91,29 @@ def test_worker_retries_batches_until_the_database_is_back(service, tmp_path):
     finally:
         stop_worker(worker)
         relay.close()
+
+
+def test_healthz_reports_a_database_that_answers_but_cannot_write(service):
+    """Reads work, writes are refused (here: every transaction read-only, as on a standby; a
+    full disk refuses the same probe): /healthz is 503 and says so."""
+    import psycopg
+
+    from store.db import get_engine
+
+    name = urlsplit(service.url).path.lstrip("/")
+    admin = service.url.rsplit("/", 1)[0] + "/postgres"
+    with service.client() as c:
+        assert c.get("/healthz").status_code == 200
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        try:
+            get_engine(service.url).dispose()   # new connections take the setting
+            health = c.get("/healthz")
+            assert c.get("/sweeps").status_code == 200   # it still answers
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+            get_engine(service.url).dispose()
+        assert health.status_code == 503, health.text
+        assert health.json()["database"].startswith("error: answers but cannot write"), health.json()
+        assert c.get("/healthz").status_code == 200

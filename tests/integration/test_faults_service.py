@@ -46,7 +46,7 @@ def test_a_device_fault_costs_its_config_only_and_every_config_is_stored_once(se
     assert len(failures) == 3 and all("ILLEGAL_ADDRESS" in f["detail"] for f in failures)
     assert all("--defect oob_store" in f["reproducer"] for f in failures)
     # every fault ended the process that ran it: the configs after it ran in a fresh one
-    assert "device fault; ending this worker process" in worker.log.read_text()
+    assert "device fault; ending this worker process" in worker.log()
 
 
 @pytest.mark.timeout(300)

@@ -38,6 +38,7 @@ def test_metrics_count_live_sweeps_only_and_read_the_broker(service, private_red
         assert _value(text, "attnsweep_queue_depth", f'{{queue="{queue}"}}') == live["tasks"] + dead["tasks"]
         assert _value(text, "attnsweep_tasks_unacked", f'{{queue="{queue}"}}') == 0
         assert _value(text, "attnsweep_sweeps_stuck") == 0
+        assert 0 <= _value(text, "attnsweep_stalled_seconds") < 60
         # A sweep whose configs were committed but never published, long ago: unpublished and stuck.
         with session_scope(service.url) as s:
             s.execute(update(ConfigRun).where(ConfigRun.sweep_id == live["id"]).values(enqueued_at=None))
@@ -46,6 +47,7 @@ def test_metrics_count_live_sweeps_only_and_read_the_broker(service, private_red
         text = c.get("/metrics").text
         assert _value(text, "attnsweep_configs_unpublished") == 3
         assert _value(text, "attnsweep_sweeps_stuck") == 1
+        assert _value(text, "attnsweep_stalled_seconds") > 365 * 86400   # nothing moved since 2020
         private_redis.kill()
         text = c.get("/metrics").text
         assert _value(text, "attnsweep_broker_up") == 0

@@ -32,7 +32,7 @@ def _wait_done(c, sid: int, timeout: float, *workers) -> float:  # noqa: ANN001
     t0 = time.monotonic()
     try:
         wait_for(lambda: c.get(f"/sweeps/{sid}").json()["status"] == "done", timeout, f"sweep {sid} to be done", interval=0.5)
-    except AssertionError as exc:
+    except TimeoutError as exc:
         raise AssertionError(f"{exc}\n" + "\n----\n".join(w.tail(40) for w in workers)) from None
     return time.monotonic() - t0
 

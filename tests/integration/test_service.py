@@ -34,7 +34,7 @@ def _wait_status(client, sweep_id: int, status: str, worker, timeout: float = 12
 
     try:
         return wait_for(reached, timeout, f"sweep {sweep_id} to be {status}", interval=0.3)
-    except AssertionError as exc:
+    except TimeoutError as exc:
         raise AssertionError(f"{exc}\nworker log:\n{worker.tail()}") from None
 
 

@@ -32,6 +32,11 @@
 #                           configs; 150 for a fault switch), then `attnsweep triage --json`
 #                           (two clusters shrunk, TRIAGE_SECONDS (20) each), one JSON line per switch
 #                           (tools/evidence/triage_table.py makes tables of them)
+#   confined (200)          confined.txt: tools/evidence/confined_cuda.py (the confinement on this host:
+#                           what the confined process sees, three configs confined and not, a faulting and a
+#                           hanging kernel), then pytest tests/unit/isolation
+#   sweep-confined (330)    sweep-confined.{log,json}: bench/sweep.py --confined, 2,000 configs: the warm
+#                           sweep, then the same with every kernel confined, and the ratio
 #   worker-triage:SWITCH (200)
 #                           worker-triage.txt, worker-triage.jsonl, worker-N.log: the same
 #                           switch through the service instead of the CLI: Redis (carried in .redis:
@@ -46,6 +51,8 @@
 #   triage         env, triage: of each numeric defect switch
 #   triage-faults  env, triage: of each fault switch
 #
+# .tools/bwrap, where the machine has no bubblewrap: Debian's /usr/bin/bwrap (it links libselinux,
+# libcap and libpcre2, which Ubuntu has); carried with .whl.
 # .whl holds the cp312 wheels the machine lacks (tests/gpu/README.md), made here with:
 #   .venv/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
@@ -72,7 +79,7 @@ for arg in "$@"; do
         regimes) STEPS+=(env regimes regime-defects) ;;
         triage) STEPS+=(env); for d in $NUMERIC; do STEPS+=("triage:$d"); done ;;
         triage-faults) STEPS+=(env); for d in $FAULTS; do STEPS+=("triage:$d"); done ;;
-        env|pytest|kernels-f16|kernels-bf16|sweep|mma-space|prefill|ncu|regimes|regime-defects|triage:*|worker-triage:*)
+        env|pytest|kernels-f16|kernels-bf16|sweep|mma-space|prefill|ncu|regimes|regime-defects|confined|sweep-confined|triage:*|worker-triage:*)
             STEPS+=("$arg") ;;
         *) echo "unknown step or part $arg (the header lists them)" >&2; exit 2 ;;
     esac
@@ -82,6 +89,7 @@ done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
+command -v bwrap >/dev/null || PATH=$PWD/.tools:$PATH
 W=/tmp/evidence
 rm -rf "$W" && mkdir -p "$W"
 
@@ -91,7 +99,7 @@ limit() {
         env) echo 30 ;; pytest) echo 170 ;; kernels-f16) echo 90 ;; kernels-bf16) echo 70 ;;
         sweep) echo 160 ;; mma-space) echo 80 ;; prefill) echo 110 ;; ncu) echo 80 ;;
         regimes) echo 300 ;; regime-defects) echo 300 ;; triage:hang|triage:missing_barrier) echo 240 ;; triage:*) echo 90 ;;
-        worker-triage:*) echo 200 ;;
+        worker-triage:*) echo 200 ;; confined) echo 200 ;; sweep-confined) echo 330 ;;
     esac
 }
 
@@ -121,6 +129,14 @@ run_step() {
         timeout "$t" python3 bench/sweep.py --backend cuda --samples 2000 --jobs 16 --cache-dir /tmp/swc \
             --out /tmp/sweep.json > "$W/sweep.log" 2>&1
         cp /tmp/sweep.json "$W/sweep.json" 2>/dev/null ;;
+    confined)
+        { ls -ld / /root "$PWD" /tmp/site 2>&1; ldd "$(command -v bwrap)"; id; } > "$W/confined.txt" 2>&1
+        timeout $((t * 2 / 3)) python3 tools/evidence/confined_cuda.py >> "$W/confined.txt" 2>&1
+        timeout $((t / 3)) python3 -m pytest -q tests/unit/isolation -p no:cacheprovider >> "$W/confined.txt" 2>&1 ;;
+    sweep-confined)
+        timeout "$t" python3 bench/sweep.py --backend cuda --samples 2000 --jobs 16 --skip-cold --confined \
+            --cache-dir /tmp/swc --out /tmp/sweep-confined.json > "$W/sweep-confined.log" 2>&1
+        cp /tmp/sweep-confined.json "$W/sweep-confined.json" 2>/dev/null ;;
     mma-space)
         timeout "$t" python3 tools/evidence/gpu_evidence.py --jobs 16 --steps sweep --sweep 2000 --seed 2034 \
             --sweep-arg=--dtypes=f16,bf16 --sweep-arg=--range=trans_q=0 --sweep-arg=--range=trans_k=0 \

@@ -209,6 +209,9 @@ def test_workers_health_and_metrics(client, settings):
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
     assert f'attnsweep_workers_alive{{queue="{settings.queue_name("gpu")}"}} 1.0' in metrics.text
+    # The cpu queue's only worker stopped: its series reads 0 instead of vanishing.
+    assert f'attnsweep_workers_alive{{queue="{settings.queue_name("cpu")}"}} 0.0' in metrics.text
+    assert "attnsweep_stalled_seconds 0.0" in metrics.text   # no config waits
     assert 'attnsweep_http_requests_total{method="GET",route="/workers",status="200"} 2.0' in metrics.text
 
 

@@ -78,7 +78,7 @@ except OSError as e:
     assert "hunter2" not in done.stdout + done.stderr
 
 
-def test_there_is_no_network_not_even_loopback():
+def test_no_service_of_the_host_is_reachable():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()

@@ -89,16 +89,24 @@ def test_exact_matches_torch_sdpa(dtype, feature):
 
 
 def repeat_gaps(c, inputs, ours, theirs, which):
-    """On a mismatch, whether each side gives the same bits again in this process.
+    """On a mismatch, whether each side gives the same bits again in this process, and whether
+    the inputs still hold what make_inputs draws.
 
-    Two float64 implementations agree to about 1e-15 here. A side whose repeat differs is not
-    deterministic in this process (a thread-count or memory effect), which a gap alone cannot tell."""
+    Two float64 implementations agree to about 1e-15 here, whatever the thread counts or the
+    FPU's rounding mode; one float32 ulp in one bias element of the `bias` case moves an LSE by
+    1.4e-10. So a gap of that size means the two sides read different inputs: a side whose
+    repeat differs is not deterministic in this process, and inputs that differ from a fresh
+    draw were written into after make_inputs handed them out."""
     if np.allclose(ours, theirs, rtol=1e-13, atol=1e-12):
         return ""
     again_ours, again_theirs = attention_exact(c, inputs)[which], torch_attention(c, inputs)[which]
     gap = lambda a, b: float(np.nanmax(np.abs(a - b)))
+    fresh = make_inputs(c)
+    changed = {k: int(np.count_nonzero(np.asarray(v) != np.asarray(fresh[k]))) for k, v in inputs.items()
+               if isinstance(v, np.ndarray)}
     return (f"repeated in this process: ours moved by {gap(ours, again_ours):.3g}, torch by "
-            f"{gap(theirs, again_theirs):.3g}; torch threads {torch.get_num_threads()}")
+            f"{gap(theirs, again_theirs):.3g}; torch threads {torch.get_num_threads()}; elements that differ "
+            f"from a fresh make_inputs: {changed}")
 
 
 @pytest.mark.parametrize("budget", [1, 97, 5000])

@@ -22,18 +22,18 @@ def _sweep(url: str, n: int = 3) -> tuple[int, list]:
         return sweep.id, configs
 
 
-def test_rerun_replaces_result_instead_of_duplicating(db_url):
+def test_a_stored_result_is_final_and_a_late_one_is_counted_not_written(db_url):
     upgrade(db_url)
     sweep_id, configs = _sweep(db_url)
     h = configs[0].content_hash()
     with session_scope(db_url) as s:
-        repo.record_result(s, sweep_id, h, {"outcome": "fail", "failed_gate": "rms", "out_rms": 0.5})
-    with session_scope(db_url) as s:
-        repo.record_result(s, sweep_id, h, {"outcome": "pass", "failed_gate": None, "out_rms": 1e-4})
+        assert repo.record_result(s, sweep_id, h, {"outcome": "pass", "failed_gate": None, "out_rms": 1e-4}) is True
+    with session_scope(db_url) as s:   # a late run (a worker that woke after its lease) says timeout
+        assert repo.record_result(s, sweep_id, h, {"outcome": "timeout", "detail": "late"}, worker="w2") is False
     with session_scope(db_url) as s:
         rows = s.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id, ConfigRun.config_hash == h)).all()
         assert len(rows) == 1
-        assert (rows[0].outcome, rows[0].attempts, rows[0].out_rms) == ("pass", 2, 1e-4)
+        assert (rows[0].outcome, rows[0].attempts, rows[0].out_rms, rows[0].detail, rows[0].worker) == ("pass", 2, 1e-4, None, None)
         counts = repo.sweep_counts(s, sweep_id)
     assert counts["configs_total"] == 3
     assert counts["configs_done"] == 1
@@ -59,16 +59,17 @@ def test_results_stored_together_land_as_one_by_one_and_a_stranger_spoils_the_ba
     h = [c.content_hash() for c in configs]
     with session_scope(db_url) as s:
         repo.record_result(s, sweep_id, h[0], {"outcome": "fail", "failed_gate": "rms", "out_rms": 0.5})
-    with session_scope(db_url) as s:   # rows with different columns, one of them a re-run
-        repo.record_results(s, sweep_id, [(h[0], {"outcome": "pass", "failed_gate": None, "out_rms": 1e-4}, "w1"),
-                                          (h[1], {"outcome": "nan", "out_nonfinite": 3}, "w2")])
+    with session_scope(db_url) as s:   # rows with different columns, one of them a late re-run
+        late = repo.record_results(s, sweep_id, [(h[0], {"outcome": "pass", "failed_gate": None, "out_rms": 1e-4}, "w1"),
+                                                 (h[1], {"outcome": "nan", "out_nonfinite": 3}, "w2")])
+    assert late == [h[0]]
     with pytest.raises(LookupError, match="has no config " + "0" * 32):
         with session_scope(db_url) as s:
             repo.record_results(s, sweep_id, [(h[2], {"outcome": "pass"}, "w1"), ("0" * 32, {"outcome": "pass"}, "w1")])
     with session_scope(db_url) as s:
         got = {r.config_hash: (r.state, r.outcome, r.attempts, r.worker, r.out_rms, r.out_nonfinite)
                for r in s.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id))}
-    assert got[h[0]] == ("done", "pass", 2, "w1", 1e-4, None)
+    assert got[h[0]] == ("done", "fail", 2, None, 0.5, None)
     assert got[h[1]] == ("done", "nan", 1, "w2", None, 3)
     assert got[h[2]][0] != "done" and got[h[3]][0] != "done"   # the failed batch wrote nothing
 

@@ -127,3 +127,28 @@ def test_the_batch_that_ends_a_sweep_publishes_its_triage_to_its_queue(sqlite_ur
     assert run_triage(sqlite_url, sid, settings) == "done"
     with session_scope(sqlite_url) as s:
         assert stored.clusters_report(s, sid) == {"status": "done", "error": None, "clusters": []}
+
+
+def test_an_interrupted_triage_goes_back_to_pending_and_runs_again(sqlite_url, monkeypatch):
+    """SIGTERM to a worker's process group ends its triage with SystemExit: no verdict, so the
+    triage is pending and unpublished again (the reconciler publishes it), then runs to done."""
+    import triage.sweep
+
+    sweep_id = _defect_sweep(sqlite_url, triage=False)
+    real = triage.sweep.triage_sweep
+
+    def interrupted(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise SystemExit(-15)
+
+    monkeypatch.setattr(triage.sweep, "triage_sweep", interrupted)
+    try:
+        run_triage(sqlite_url, sweep_id)
+    except SystemExit:
+        pass
+    else:
+        raise AssertionError("the interruption was swallowed")
+    with session_scope(sqlite_url) as s:
+        assert stored.triage_status(s, sweep_id) == "pending"
+        assert stored.unpublished(s) == [sweep_id]
+    monkeypatch.setattr(triage.sweep, "triage_sweep", real)
+    assert run_triage(sqlite_url, sweep_id) == "done"

@@ -45,7 +45,7 @@ def test_backends_route_to_their_queue():
     assert (settings.queue_name("cpu"), settings.queue_name("gpu")) == ("farm1-cpu", "farm1-gpu")
 
 
-def test_batches_hold_one_kernel_variant_each_and_every_config_once():
+def test_batches_are_full_in_variant_order_and_hold_every_config_once():
     dims = [32, 64, 128, 40, 256, 300, 32, 64]  # head-dim buckets 32, 64, 128, 64, 256, any, 32, 64
     configs = [parse_config({**BASE, "head_dim_qk": d, "head_dim_v": d, "dtype": dt, "data_seed": i})
                for i, (d, dt) in enumerate((d, dt) for d in dims for dt in ("f16", "bf16"))]
@@ -53,11 +53,14 @@ def test_batches_hold_one_kernel_variant_each_and_every_config_once():
     flat = [h for b in out for h, _ in b]
     assert sorted(flat) == sorted(c.content_hash() for c in configs)
     by_hash = {c.content_hash(): c for c in configs}
-    for batch in out:
-        assert 1 <= len(batch) <= 3
-        assert len({variant_key(by_hash[h]) for h, _ in batch}) == 1
-    # 16 configs in 10 variants: (f16|bf16) x (32: 2, 64: 3, 128, 256, any) -> 2 * (1 + 1 + 1 + 1 + 1) = 10 batches
-    assert len(out) == 10
+    assert [len(b) for b in out] == [3, 3, 3, 3, 3, 1]   # full batches, the rest in the last
+    keys = [variant_key(by_hash[h]) for h in flat]
+    # 16 configs in 10 variants, (f16|bf16) x (32: 2, 64: 3, 128, 256, any): each variant's
+    # configs are contiguous, in their sampled order
+    assert keys == sorted(keys) and len(set(keys)) == 10
+    for key in set(keys):
+        seeds = [by_hash[h].data_seed for h in flat if variant_key(by_hash[h]) == key]
+        assert seeds == sorted(seeds)
     assert variant_key(configs[0], ["causal_off_by_one"]) != variant_key(configs[0])
 
 

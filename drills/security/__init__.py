@@ -1,0 +1,1 @@
+"""Attacks on the service (docs/security.md): `python -m drills.security`."""

@@ -1,0 +1,49 @@
+"""The per-config time limit runs on the time the config ran: a process stopped for longer than
+the limit (SIGSTOP, as when frozen or swapped out) does not time out its config when it resumes,
+and a config that really runs past the limit still does."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+CHILD = """
+import sys, time
+from workers.timelimit import ConfigTimeLimitExceeded, time_limit
+steps = int(sys.argv[1])
+try:
+    with time_limit(1.0, 30.0, lambda: print("hard", flush=True)) as clock:
+        print("started", flush=True)
+        for _ in range(steps):
+            time.sleep(0.05)
+    print(f"finished after {clock.ran:.2f} s of running", flush=True)
+except ConfigTimeLimitExceeded:
+    print("timeout", flush=True)
+"""
+
+
+def _run(steps: int, stop_s: float) -> str:
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(steps)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline().strip() == "started"
+    if stop_s:
+        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(stop_s)
+        os.kill(proc.pid, signal.SIGCONT)
+    out, _ = proc.communicate(timeout=60)
+    return out.strip()
+
+
+def test_time_stopped_does_not_count_towards_the_limit():
+    out = _run(12, stop_s=2.5)   # 0.6 s of work, 2.5 s frozen: 3.1 s of wall clock against a 1 s limit
+    assert out.startswith("finished"), out
+    assert float(out.split()[2]) < 1.0, out
+
+
+def test_a_config_that_runs_past_the_limit_still_times_out():
+    assert _run(40, stop_s=0) == "timeout"   # 2 s of work
