@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "attnsweep_kernel.h"
@@ -126,6 +127,23 @@ HD inline float combine_max(const float *lse, int splits, int64_t stride) {
     float m = -3.402823466e38f;
     for (int s = 0; s < splits; ++s) m = fmaxf(m, lse[s * stride]);
     return m;
+}
+
+// What both builds answer for attnsweep_kernel_supports, and the checks that open every run.
+inline int supports(const attnsweep_config *c, char *message, size_t message_len) {
+    if (c->dtype == ATTNSWEEP_I8) {
+        snprintf(message, message_len, "dtype_i8: this example has no int8 path");
+        return ATTNSWEEP_NOT_APPLICABLE;
+    }
+    return ATTNSWEEP_OK;
+}
+
+inline int check_call(const attnsweep_config *c, char *message, size_t message_len) {
+    if (c->abi_version != ATTNSWEEP_ABI_VERSION) {
+        snprintf(message, message_len, "ABI version %d; this library speaks %d", c->abi_version, ATTNSWEEP_ABI_VERSION);
+        return ATTNSWEEP_ERROR;
+    }
+    return supports(c, message, message_len);
 }
 
 }  // namespace splitkv

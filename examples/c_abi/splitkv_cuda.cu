@@ -17,11 +17,7 @@ extern "C" const char *attnsweep_kernel_version(void) { return "1"; }
 extern "C" const char *attnsweep_kernel_device(void) { return "cuda"; }
 
 extern "C" int attnsweep_kernel_supports(const attnsweep_config *c, char *message, size_t message_len) {
-    if (c->dtype == ATTNSWEEP_I8) {
-        snprintf(message, message_len, "dtype_i8: this example has no int8 path");
-        return ATTNSWEEP_NOT_APPLICABLE;
-    }
-    return ATTNSWEEP_OK;
+    return splitkv::supports(c, message, message_len);
 }
 
 // The config with its per-batch arrays in device memory.
@@ -90,11 +86,7 @@ static int fail(cudaError_t err, const char *what, char *message, size_t message
 
 extern "C" int attnsweep_kernel_run(const attnsweep_config *config, const attnsweep_tensors *t, char *message,
                                     size_t message_len) {
-    if (config->abi_version != ATTNSWEEP_ABI_VERSION) {
-        snprintf(message, message_len, "ABI version %d; this library speaks %d", config->abi_version, ATTNSWEEP_ABI_VERSION);
-        return ATTNSWEEP_ERROR;
-    }
-    if (attnsweep_kernel_supports(config, message, message_len) != ATTNSWEEP_OK) return ATTNSWEEP_NOT_APPLICABLE;
+    if (int status = check_call(config, message, message_len)) return status;
     cudaStream_t stream = (cudaStream_t)t->stream;
     DeviceConfig dc{*config};
     const int g = config->g;

@@ -14,20 +14,12 @@ extern "C" const char *attnsweep_kernel_version(void) { return "1"; }
 extern "C" const char *attnsweep_kernel_device(void) { return "cpu"; }
 
 extern "C" int attnsweep_kernel_supports(const attnsweep_config *c, char *message, size_t message_len) {
-    if (c->dtype == ATTNSWEEP_I8) {
-        snprintf(message, message_len, "dtype_i8: this example has no int8 path");
-        return ATTNSWEEP_NOT_APPLICABLE;
-    }
-    return ATTNSWEEP_OK;
+    return splitkv::supports(c, message, message_len);
 }
 
 extern "C" int attnsweep_kernel_run(const attnsweep_config *c, const attnsweep_tensors *t, char *message,
                                     size_t message_len) {
-    if (c->abi_version != ATTNSWEEP_ABI_VERSION) {
-        snprintf(message, message_len, "ABI version %d; this library speaks %d", c->abi_version, ATTNSWEEP_ABI_VERSION);
-        return ATTNSWEEP_ERROR;
-    }
-    if (attnsweep_kernel_supports(c, message, message_len) != ATTNSWEEP_OK) return ATTNSWEEP_NOT_APPLICABLE;
+    if (int status = check_call(c, message, message_len)) return status;
     const Layout at{c};
     const int group = c->num_heads_q / c->num_heads_kv, S = c->split_kv, Dv = c->head_dim_v;
     std::vector<float> o_part((size_t)S * Dv), lse_part(S), acc(Dv);
