@@ -26,7 +26,7 @@ from kernels.plugins.interface import KernelOutput, one_line
 from kernels.plugins.torch_tensors import TORCH_DTYPES, Timer, additive_mask, bool_mask, key_limits, tensor
 
 BACKENDS = ("math", "flash", "efficient", "cudnn")
-TAKES_MASK = frozenset({"math", "efficient", "cudnn"})
+LARGE = 1 << 26   # attention-matrix elements past which a config's memory is given back after it
 
 
 def _causal_is_top_left(c: AttentionConfig) -> bool:
@@ -121,6 +121,17 @@ class TorchSdpa:
         return "; ".join(said[:2]) or "torch's check refused the inputs"
 
     def run(self, c: AttentionConfig, inputs: Mapping[str, Any]) -> KernelOutput:
+        try:
+            return self._run(c, inputs)
+        finally:
+            if self.device == "cuda" and c.g * c.num_heads_q * c.seq_len_q * c.seq_len_k > LARGE:
+                import torch
+
+                # torch's allocator keeps what a large config took; the sweep's other processes
+                # share the GPU and would run out of memory beside it.
+                torch.cuda.empty_cache()
+
+    def _run(self, c: AttentionConfig, inputs: Mapping[str, Any]) -> KernelOutput:
         import torch
 
         dev = self.device
