@@ -111,7 +111,9 @@ class Outages:
             return f"{frozen.name} frozen (SIGSTOP) {FROZEN_S} s, lease {LEASE_S} s"
 
         row = self.run(f"worker frozen {FROZEN_S} s (past its lease)", disrupt)
-        time.sleep(3)   # the thawed worker's last words
+        time.sleep(3)   # the thawed worker's last words: its late results count in `attempts`
+        row.duplicated = self.svc.db("SELECT count(*) FROM config_runs WHERE sweep_id = %s AND attempts > 1",
+                                     self.last_sid)[0][0]
         late = re.findall(r"this run's result \((\w+)\) discarded", frozen.log()[seen_before:])
         row.note += (f"; per-config limit {CONFIG_LIMIT_S} s; after the thaw {len(late)} late results discarded "
                      f"({', '.join(late) or 'none'})")

@@ -2,12 +2,14 @@
 raises, and a watchdog behind it.
 
 The clock is the config's own running time, not the wall clock: a worker frozen (SIGSTOP) or
-swapped out for minutes, or a machine too busy to schedule it, must not find its config timed
+swapped out for minutes, or a machine too busy to give it a CPU, must not find its config timed
 out when it runs again; a timeout is a verdict on the kernel. A watchdog thread ticks every
-TICK_S on the monotonic clock. A tick that comes more than LATE_S late means the process did
-not run for a while: the gap counts only the CPU time the process used in it (at least one
-tick), so code computing in C while holding the GIL (the tick waits for it, the CPU time goes
-on) still reaches its limit, and a stopped process (no CPU time) does not.
+TICK_S on the monotonic clock and takes off what the config's thread spent waiting for a CPU
+(the kernel's run-queue delay of that thread, /proc/self/task/TID/schedstat). Time the thread
+spends blocked (a device's synchronize, a sleep) counts. A tick that comes more than LATE_S late
+means the whole process did not run for a while (stopped: that is no run-queue wait): the gap
+counts only the CPU time the process used in it (at least one tick), so code computing in C
+while holding the GIL (the tick waits for it, the CPU time goes on) still reaches its limit.
 
 At `seconds` of running time the watchdog interrupts the main thread with SIGALRM: Python code
 (and numpy between two calls) stops with `ConfigTimeLimitExceeded`, the worker records
@@ -37,22 +39,34 @@ class ConfigTimeLimitExceeded(BaseException):
         super().__init__(f"exceeded the per-config time limit of {seconds:g} s")
 
 
+def run_queue_wait(tid: int) -> float:
+    """Seconds thread `tid` of this process has waited runnable for a CPU (0 where Linux's
+    schedstat is not there to read)."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class RunClock:
-    """Seconds this process ran since the clock started, read by `tick` every TICK_S or so."""
+    """Seconds the thread that started the clock ran (or waited on anything but a CPU), read
+    by `tick` every tick_s or so."""
 
     def __init__(self, tick_s: float = TICK_S) -> None:
         self.tick_s = tick_s
         self.ran = 0.0
-        self._wall = time.monotonic()
-        self._cpu = time.process_time()
+        self.tid = threading.get_native_id()
+        self._wall, self._cpu, self._queued = time.monotonic(), time.process_time(), run_queue_wait(self.tid)
 
     def tick(self) -> float:
-        wall, cpu = time.monotonic(), time.process_time()
+        wall, cpu, queued = time.monotonic(), time.process_time(), run_queue_wait(self.tid)
         elapsed, used = wall - self._wall, cpu - self._cpu
-        self._wall, self._cpu = wall, cpu
+        ran = max(0.0, elapsed - (queued - self._queued))
+        self._wall, self._cpu, self._queued = wall, cpu, queued
         if elapsed > self.tick_s + LATE_S:
-            elapsed = max(self.tick_s, min(elapsed, used))
-        self.ran += elapsed
+            ran = max(self.tick_s, min(ran, used))
+        self.ran += ran
         return self.ran
 
 

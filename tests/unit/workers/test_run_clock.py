@@ -1,6 +1,6 @@
 """The per-config time limit runs on the time the config ran: a process stopped for longer than
-the limit (SIGSTOP, as when frozen or swapped out) does not time out its config when it resumes,
-and a config that really runs past the limit still does."""
+the limit (SIGSTOP, as when frozen or swapped out), or kept waiting for a CPU by other
+processes, does not time out its config, and a config that really runs past the limit still does."""
 from __future__ import annotations
 
 import os
@@ -14,21 +14,25 @@ ROOT = Path(__file__).resolve().parents[3]
 CHILD = """
 import sys, time
 from workers.timelimit import ConfigTimeLimitExceeded, time_limit
-steps = int(sys.argv[1])
+steps, busy = int(sys.argv[1]), float(sys.argv[2])
 try:
     with time_limit(1.0, 30.0, lambda: print("hard", flush=True)) as clock:
         print("started", flush=True)
         for _ in range(steps):
             time.sleep(0.05)
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < busy:   # `busy` s of this thread's CPU time
+            pass
     print(f"finished after {clock.ran:.2f} s of running", flush=True)
 except ConfigTimeLimitExceeded:
     print("timeout", flush=True)
 """
 
 
-def _run(steps: int, stop_s: float) -> str:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(steps)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+def _run(steps: int, stop_s: float, busy: float = 0.0, cpu: int | None = None) -> str:
+    pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(steps), str(busy)], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=pin)
     assert proc.stdout.readline().strip() == "started"
     if stop_s:
         time.sleep(0.2)
@@ -43,6 +47,25 @@ def test_time_stopped_does_not_count_towards_the_limit():
     out = _run(12, stop_s=2.5)   # 0.6 s of work, 2.5 s frozen: 3.1 s of wall clock against a 1 s limit
     assert out.startswith("finished"), out
     assert float(out.split()[2]) < 1.0, out
+
+
+def test_time_spent_waiting_for_a_cpu_does_not_count():
+    """0.5 s of CPU work on a CPU that four busy processes share with it: about 2.5 s of wall
+    clock against a 1 s limit, yet half a second of running."""
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    spin = "import os, time\nos.sched_setaffinity(0, {%d})\nend = time.monotonic() + 8\nwhile time.monotonic() < end: pass" % cpu
+    burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(4)]
+    try:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        out = _run(0, stop_s=0, busy=0.5, cpu=cpu)
+        wall = time.monotonic() - t0
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert out.startswith("finished"), out
+    assert wall > 1.2, f"the CPU was not contended ({wall:.2f} s): the test shows nothing"
 
 
 def test_a_config_that_runs_past_the_limit_still_times_out():
