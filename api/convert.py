@@ -31,7 +31,8 @@ def sweep_public(sweep: Sweep, counts: dict[str, Any]) -> SweepPublic:
         device=sweep.device, configs_total=counts["configs_total"], configs_done=counts["configs_done"],
         outcomes=counts["outcomes"], not_applicable_reasons=counts["not_applicable_reasons"], filtered=counts["filtered"],
         draws=sweep.draws, splitkv_budget=sweep.splitkv_budget, budget_source=sweep.budget_source, rerun_of=sweep.rerun_of,
-        submitted_by=sweep.submitted_by,
+        submitted_by=sweep.submitted_by, kernel=sweep.kernel or "attnsweep", kernel_name=sweep.kernel_name,
+        kernel_version=sweep.kernel_version,
         error=sweep.error, created_at=utc(sweep.created_at), started_at=started, finished_at=utc(sweep.finished_at),
         throughput=throughput, request=sweep.request,
     )
@@ -47,7 +48,8 @@ def config_run_public(run: ConfigRun, label: str | None) -> ConfigRunPublic:
         block_n=run.block_n, source_hash=run.source_hash,
         metrics={k: getattr(run, k) for k in METRIC_KEYS}, timings={k: getattr(run, k) for k in TIMING_FIELDS},
         facts=run.facts,
-        reproducer=run.reproducer, worker=run.worker, attempts=run.attempts, finished_at=utc(run.finished_at),
+        reproducer=run.reproducer, kernel=run.kernel, kernel_version=run.kernel_version, worker=run.worker,
+        attempts=run.attempts, finished_at=utc(run.finished_at),
     )
 
 

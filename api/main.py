@@ -12,7 +12,7 @@ from api.errors import BodyLimit, SafeJSONResponse, install_error_handlers
 from api.security import SecurityHeaders
 from api import dashboard
 from api.docs import install_docs
-from api.routes import bisect, ci, failures, health, metrics, sweeps, webhooks, workers
+from api.routes import bisect, ci, compare, failures, health, metrics, sweeps, webhooks, workers
 from api.telemetry import Telemetry, TelemetryMiddleware
 from settings import Settings, get_settings
 from settings.secrets import install_log_scrubbing
@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(TelemetryMiddleware, telemetry=app.state.telemetry)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SecurityHeaders)
-    for module in (sweeps, failures, workers, health, metrics, webhooks, ci, bisect, dashboard):
+    for module in (sweeps, failures, workers, health, metrics, webhooks, ci, bisect, compare, dashboard):
         app.include_router(module.router)
     _describe_openapi(app, settings)
     install_docs(app)

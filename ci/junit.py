@@ -59,6 +59,7 @@ def _body(run: ConfigRun) -> str:
         f"config: {json.dumps(run.config, sort_keys=True)}",
         f"backend: {run.backend} on {run.device}; compiler {run.compiler_version}; driver {run.driver_version}; "
         f"variant {run.variant}; block_n {run.block_n}; source {run.source_hash}",
+        f"kernel: {run.kernel or 'attnsweep'} {run.kernel_version or ''}".rstrip(),
         f"reproducer: {run.reproducer or ''}",
     ]
     return "\n".join(lines)
@@ -75,7 +76,8 @@ def render(sweep: Sweep, runs: Iterable[ConfigRun], known: Collection[str] = (),
     (ci.verdict.failures_text)."""
     suite = ET.Element("testsuite", name=f"attnsweep sweep {sweep.id}" + (f" {sweep.label}" if sweep.label else ""))
     props = ET.SubElement(suite, "properties")
-    for key in ("id", "label", "status", "backend", "repository", "ref", "commit_sha", "event", "base_ref", "source_hash"):
+    for key in ("id", "label", "status", "backend", "kernel", "kernel_name", "kernel_version", "repository", "ref",
+                "commit_sha", "event", "base_ref", "source_hash"):
         value = getattr(sweep, key)
         if value is not None:
             ET.SubElement(props, "property", name=f"sweep.{key}", value=_text(value))
@@ -95,6 +97,8 @@ def render(sweep: Sweep, runs: Iterable[ConfigRun], known: Collection[str] = (),
     for run in runs:
         tally["tests"] += 1
         case = ET.SubElement(suite, "testcase", classname=f"attnsweep.{run.config['dtype']}", name=_text(case_name(run)))
+        if run.kernel:   # the kernel that ran it (kernels/plugins), name and version
+            case.set("kernel", _text(f"{run.kernel} {run.kernel_version or ''}".strip()))
         if run.total_s is not None and math.isfinite(run.total_s):
             case.set("time", f"{run.total_s:.3f}")
             total_s += run.total_s

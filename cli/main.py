@@ -14,12 +14,14 @@ from rich.console import Console
 from attnconfig import ConfigError, parse_config
 from cli.common import console, database_url, db_source, fail, option_text
 from cli.options import OPTION_FIELDS, OPTION_NAMES, SweepOptions, build_spec, defects_help, sweep_options
+from cli.kernels import app as kernels_app
 from cli.triage import app as triage_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (Alembic migrations).")
 app.add_typer(db_app, name="db")
 app.add_typer(triage_app)  # triage, shrink, bisect (cli/triage.py)
+app.add_typer(kernels_app)  # kernels, compare (cli/kernels.py)
 
 BACKENDS = ("auto", "cpu", "cuda", "hip", "hostemu")
 
@@ -127,8 +129,6 @@ def run(
     mistake (the line on stderr names it)."""
     from cli.report import print_summary, sweep_report
     from cli.progress import progress_bar
-    from kernels import get_backend
-    from kernels.backends.base import BackendUnavailable
     from submit.sweep import SubmitError, run_sweep
     from workers.sanitize import check_request
 
@@ -144,10 +144,7 @@ def run(
         from workers.embedded import start_pool_server
 
         start_pool_server()  # its imports overlap the backend's start and the planning below
-    try:
-        be = get_backend(spec.backend, defects=defects)
-    except (BackendUnavailable, ValueError) as exc:
-        fail(f"backend: {exc}")
+    be = _kernel_backend(spec.kernel, spec.backend, defects)
     info = be.device_info()
     try:
         check_request(sanitize, info.backend, sanitize_share)
@@ -170,7 +167,8 @@ def run(
 
     @contextmanager
     def started(sweep_id: int, total: int) -> Iterator[Callable[[Any], None]]:
-        console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}, backend {info.backend} on {info.device}"
+        kernel = f", kernel {info.kernel} {info.kernel_version}" if spec.kernel != "attnsweep" else ""
+        console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}{kernel}, backend {info.backend} on {info.device}"
                       + (f", GPUs {','.join(map(str, gpu_list))}, {jobs} processes" if gpu_list else ""),
                       highlight=False, soft_wrap=True)
         be.close()
@@ -187,7 +185,7 @@ def run(
         sweep_id = run_sweep(url, spec, backend=info.backend, device_total_memory=info.total_memory, device=info.device,
                              defects=defects, sanitize=(sanitize, sanitize_share) if sanitize else None, jobs=jobs,
                              gpus=gpu_list, time_limit_s=time_limit, started=started, triage=not no_triage,
-                             triaging=triaging)
+                             triaging=triaging, kernel_identity=(info.kernel, info.kernel_version))
     except SubmitError as exc:
         be.close()
         fail(str(exc))
@@ -205,6 +203,20 @@ def run(
         console.print("failing outcomes (--fail-on): " + ", ".join(f"{o} {n}" for o, n in bad.items())
                       + f"; `attnsweep failures {sweep_id}` lists them", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _kernel_backend(kernel: str, backend: str, defects: frozenset[str]) -> Any:
+    """The backend that runs `kernel` (confined where it did not ship); a usage mistake is one line."""
+    from isolation.confined import backend_for
+    from kernels.backends.base import BackendUnavailable
+    from kernels.plugins import KernelSpecError
+
+    try:
+        return backend_for(backend, defects, kernel=kernel)
+    except KernelSpecError as exc:
+        fail(f"--{exc}")
+    except (BackendUnavailable, ValueError) as exc:
+        fail(f"backend: {exc}")
 
 
 def _print_bugs(url: str, sweep_id: int) -> None:
@@ -272,20 +284,17 @@ def verify(
     backend: str = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip (auto: a usable GPU, else the cpu emulation)"),
     gates: Optional[str] = typer.Option(None, "--gates", help="gates JSON a reproducer carries (default: strict verifier)"),
     defect: list[str] = typer.Option([], "--defect", help=defects_help()),
+    kernel: str = typer.Option("attnsweep", "--kernel", help="the kernel under test (attnsweep kernels lists them; "
+                                                             "module:attr, path/file.py:attr, so:PATH)"),
 ) -> None:
     """Run one config with the strict verifier defaults (or the gates a reproducer carries).
 
     Exit status: 0 when it passes, 1 when it does not, 2 on a usage mistake."""
-    from kernels import get_backend
-    from kernels.backends.base import BackendUnavailable
     from sweeps.policy import gates_for
     from sweeps.runner import run_config
 
     text = option_text(config, "--config")
-    try:
-        be = get_backend(backend, defects=frozenset(defect))
-    except (BackendUnavailable, ValueError) as exc:
-        fail(f"backend: {exc}")
+    be = _kernel_backend(kernel, backend, frozenset(defect))
     try:
         raw = json.loads(text)
     except json.JSONDecodeError:
@@ -313,6 +322,7 @@ def verify(
     print(json.dumps({
         "outcome": result.outcome, "failed_gate": result.failed_gate, "detail": result.detail, "split_kv": cfg.split_kv,
         "not_applicable_reason": result.not_applicable_reason, "backend": result.backend, "device": result.device,
+        "kernel": result.kernel, "kernel_version": result.kernel_version,
         "variant": result.variant, "block_n": result.block_n, "gates": result.gates,
         "metrics": result.metrics, "timings": result.timings,
     }, indent=2, default=str))

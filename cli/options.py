@@ -63,6 +63,9 @@ _SPEC = [
     ("dtypes", str, typer.Option("f16,bf16,f32,i8", "--dtypes", help="comma-separated dtypes to sample")),
     ("backend", str, typer.Option("auto", "--backend", help="auto|cpu|cuda|hip|hostemu (auto: a usable GPU, else the cpu "
                                                             "emulation; hostemu: the kernel source run on the CPU)")),
+    ("kernel", str, typer.Option("attnsweep", "--kernel", help="the kernel under test: attnsweep (the project's own, "
+                                                                "on --backend), a plug-in `attnsweep kernels` lists, "
+                                                                "module:attr, path/file.py:attr or so:PATH (docs/plugins.md)")),
     ("label", Optional[str], typer.Option(None, "--label", help="a free-text name stored with the sweep (filters and the "
                                                                 "dashboard show it)")),
     ("max_tokens", int, typer.Option(16384, "--max-tokens", help="prefilter: a config is dropped when "

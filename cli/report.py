@@ -25,6 +25,8 @@ def sweep_report(url: str, sweep_id: int, wall_s: float) -> dict[str, Any]:
             "label": sweep.label,
             "backend": backend_that_ran(s, sweep_id) or sweep.backend,   # auto: the backend that really ran
             "device": sweep.device,
+            "kernel": sweep.kernel_name or sweep.kernel,
+            "kernel_version": sweep.kernel_version,
             "configs_total": counts["configs_total"],
             "configs_run": counts["configs_done"],
             "workers": repo.results_by_worker(s, sweep_id),

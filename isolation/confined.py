@@ -24,6 +24,8 @@ the confined process's context. This process itself is never poisoned.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -41,7 +43,8 @@ from isolation.sandbox import Confinement, SandboxUnavailable, python_paths
 from isolation.wire import PeerGone, WireError, receive, send
 from kernels.backends.base import Backend, DeviceInfo, Prepared, RunOutput
 from kernels.errors import (BackendUnavailable, CompileError, ConfinementError, ConfinementTimeout, DeviceFault,
-                            DeviceOutOfMemory, LaunchError, NotApplicable)
+                            DeviceOutOfMemory, LaunchError, NotApplicable, PluginError)
+from kernels.plugins.load import DEFAULT_KERNEL, confinement_paths
 from kernels.source import KernelSource, local_source
 from settings import Settings, get_settings
 
@@ -70,11 +73,21 @@ def is_shipped(source: KernelSource | None) -> bool:
 
 
 def backend_for(name: str, defects: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
-                source: KernelSource | None = None, settings: Settings | None = None) -> Backend:
+                source: KernelSource | None = None, settings: Settings | None = None,
+                kernel: str = DEFAULT_KERNEL) -> Backend:
     """The backend `name` with `defects` for `source`: in this process for the shipped kernels and
-    for the cpu emulation, confined for anything else."""
+    for the cpu emulation, confined for anything else. `kernel` (kernels/plugins): a plug-in
+    that shipped with attnsweep runs in this process, any other confined."""
     from kernels import get_backend
+    from kernels.plugins import is_trusted, kernel_backend, parse_kernel
 
+    if kernel != DEFAULT_KERNEL:
+        parse_kernel(kernel)   # a name that is no kernel is the caller's mistake, said here
+        if is_trusted(kernel):
+            return kernel_backend(kernel, name, defects, source)
+        if defects or source is not None:
+            raise ValueError(f"kernel {kernel}: defect switches and source bundles belong to the project's own kernels")
+        return ConfinedBackend(name, frozenset(), None, settings=settings, kernel=kernel)
     if is_shipped(source) or name == "cpu":
         return get_backend(name, defects=defects, source=source)
     return ConfinedBackend(name, frozenset(defects), source, settings=settings)
@@ -105,6 +118,8 @@ def _raise_failure(reply: Mapping[str, Any]) -> None:
                           f"(ATTNSWEEP_SANDBOX_MEMORY_BYTES): {message}")
     if kind == "BackendUnavailable":
         raise BackendUnavailable(message)
+    if kind == "PluginError":
+        raise PluginError(_text(message, 1000))
     raise ConfinementError(f"the kernel raised {message}")
 
 
@@ -145,11 +160,14 @@ class ConfinedBackend(Backend):
 
     waits_on_device = False
 
-    def __init__(self, name: str, defects: frozenset[str], source: KernelSource, *, settings: Settings | None = None,
-                 time_limit_s: float | None = None):
+    def __init__(self, name: str, defects: frozenset[str], source: KernelSource | None, *,
+                 settings: Settings | None = None, time_limit_s: float | None = None, kernel: str = DEFAULT_KERNEL):
         super().__init__(defects)
         self.name = name
         self.source = source
+        # A plug-in that did not ship (kernels/plugins) instead of a source bundle: the confined
+        # process loads it by this spec.
+        self.kernel = kernel
         self.settings = settings or get_settings()
         # A request's backstop when no SIGALRM of the caller stops it first: the config's limit and grace.
         limit = self.settings.config_time_limit_s
@@ -167,10 +185,14 @@ class ConfinedBackend(Backend):
     def cache_dir(self) -> Path:
         """The one writable folder the confined process gets: its source's compile cache. One per
         source, so a source's process can only ever write binaries of its own source."""
-        return Path(self.settings.kernel_cache) / "confined" / self.source.hash[:32]
+        key = self.source.hash if self.source is not None else hashlib.sha256(self.kernel.encode()).hexdigest()
+        return Path(self.settings.kernel_cache) / "confined" / key[:32]
 
     def confinement(self) -> Confinement:
         binds, pythonpath = python_paths(PACKAGES)
+        if self.kernel != DEFAULT_KERNEL:   # the plug-in's own file or package, read-only
+            extra_binds, extra_path = confinement_paths(self.kernel)
+            binds, pythonpath = sorted({*binds, *extra_binds}), [*pythonpath, *extra_path]
         env = {"PYTHONPATH": os.pathsep.join(pythonpath),
                **{k: os.environ[k] for k in PASSED_ENV if k in os.environ}}
         return Confinement.of(self.settings, gpu=self.name in GPU_BACKENDS, read_only=tuple(binds),
@@ -190,8 +212,9 @@ class ConfinedBackend(Backend):
         kernel_settings = {k: getattr(self.settings, k) for k in KERNEL_SETTINGS}
         kernel_settings["kernel_cache"] = str(self.cache_dir())
         try:
-            send(proc.stdin.fileno(), {"backend": self.name, "defects": sorted(self.defects),
-                                       "source_files": dict(self.source.files), "settings": kernel_settings})
+            send(proc.stdin.fileno(), {"backend": self.name, "defects": sorted(self.defects), "kernel": self.kernel,
+                                       "source_files": dict(self.source.files) if self.source is not None else None,
+                                       "settings": kernel_settings})
             reply, _ = receive(proc.stdout.fileno(), 0, time.monotonic() + START_S)
         except (TimeoutError, PeerGone, BrokenPipeError, WireError) as exc:
             status = self.close()
@@ -204,8 +227,12 @@ class ConfinedBackend(Backend):
             except ConfinementError as exc:
                 raise BackendUnavailable(f"confined run: {exc}") from None
         info = reply.get("device_info") or {}
-        self._info = DeviceInfo(**{k: (_text(v, 200) if isinstance(v, str) else v) for k, v in info.items()
-                                   if k in DeviceInfo.__dataclass_fields__ and isinstance(v, (str, int, type(None)))})
+        info = DeviceInfo(**{k: (_text(v, 200) if isinstance(v, str) else v) for k, v in info.items()
+                             if k in DeviceInfo.__dataclass_fields__ and isinstance(v, (str, int, type(None)))})
+        # The kernel is the one this process asked for, whatever the other side calls it; its
+        # name and version as the store's columns hold them.
+        self._info = dataclasses.replace(info, kernel_spec=self.kernel, kernel=info.kernel[:200],
+                                         kernel_version=info.kernel_version[:64])
         self._cpu_s = float(reply.get("cpu_s") or 0.0)
 
     @staticmethod

@@ -26,9 +26,11 @@ LOG_CHARS = 20_000
 
 def _failure(exc: BaseException) -> dict[str, Any]:
     from kernels.errors import (BackendUnavailable, CompileError, DeviceFault, DeviceOutOfMemory, LaunchError,
-                                NotApplicable)
+                                NotApplicable, PluginError)
 
     kind = type(exc).__name__
+    if isinstance(exc, PluginError):
+        return {"error": "PluginError", "message": str(exc)}
     if isinstance(exc, NotApplicable):
         return {"error": "NotApplicable", "reason": exc.reason, "detail": exc.detail}
     if isinstance(exc, CompileError):
@@ -67,7 +69,12 @@ def serve() -> None:
 
     try:
         source = KernelSource.from_files(init["source_files"]) if init.get("source_files") else None
-        backend = get_backend(init["backend"], defects=frozenset(init["defects"]), source=source)
+        if init.get("kernel", "attnsweep") != "attnsweep":   # a plug-in (kernels/plugins) that did not ship
+            from kernels.plugins import kernel_backend
+
+            backend = kernel_backend(init["kernel"], init["backend"])
+        else:
+            backend = get_backend(init["backend"], defects=frozenset(init["defects"]), source=source)
         info = backend.device_info()
     except BaseException as exc:  # noqa: BLE001 - the parent raises it again, as itself
         send(outbox, {"ok": False, **_failure(exc)})

@@ -43,6 +43,12 @@ class ConfinementTimeout(ConfinementError):
     """The confined run passed its time limit and its process was killed: the config's `timeout`."""
 
 
+class PluginError(Exception):
+    """A kernel plug-in (kernels/plugins) broke its contract on a config: it raised, or returned
+    arrays of the wrong shape or kind. The config's outcome is `error`, its detail one line
+    "kernel NAME: <reason>"; the sweep goes on with the next config."""
+
+
 class DeviceOutOfMemory(Exception):
     """An allocation on the device failed."""
 

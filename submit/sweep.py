@@ -157,7 +157,7 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
 
     def store(s: Session) -> Sweep:
         sweep = repo.store_plan(s, plan, queue=queue, rerun_of=rerun_of, idempotency_key=key, request_sha256=digest,
-                                submitted_by=submitted_by)
+                                submitted_by=submitted_by, kernel=spec.kernel)
         kept.append(sweep)
         if also_store is not None:
             also_store(s, sweep)
@@ -179,14 +179,16 @@ def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: i
               defects: frozenset[str] = frozenset(), sanitize: tuple[str, float] | None = None, jobs: int = 1,
               gpus: Sequence[int] = (), time_limit_s: float | None = None,
               started: Callable[[int, int], ContextManager[Callable[[ConfigResult], None] | None]] | None = None,
-              triage: bool = False, triaging: Callable[[int], ContextManager[Any]] | None = None) -> int:
+              triage: bool = False, triaging: Callable[[int], ContextManager[Any]] | None = None,
+              kernel_identity: tuple[str, str] | None = None) -> int:
     """Run a sweep in this machine's embedded pool (workers.embedded): the budget of this
     machine's device, planned, committed, then executed, every result stored at `url`.
     `started(sweep_id, configs_total)`: entered once the sweep is committed, around its
     execution; what it yields gets every result. With `triage`, the finished sweep's failures
     are then triaged in this process and the clusters stored (workers.triage.run_triage, inside
     `triaging(sweep_id)` when given); a triage that fails is stored as failed, and the sweep
-    stays done. Returns the sweep id. Raises SubmitError."""
+    stays done. `kernel_identity`: the (name, version) the kernel under test says it is, where
+    the caller loaded it. Returns the sweep id. Raises SubmitError."""
     from store.db import session_scope
     from workers.embedded import execute_sweep
     from workers.triage import run_triage
@@ -196,9 +198,9 @@ def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: i
     plan = planned(spec, device_total_memory=device_total_memory, device=device, sanitize=sanitize,
                    defects=tuple(sorted(defects)), prior=prior)
     with session_scope(url) as s:
-        sweep = repo.store_plan(s, plan)
-        sweep.submitted_by = "cli"
-        sweep_id = sweep.id
+        ran_as = {"kernel_name": kernel_identity[0][:200], "kernel_version": kernel_identity[1][:64]} \
+            if kernel_identity and kernel_identity[1] else {}
+        sweep_id = repo.store_plan(s, plan, submitted_by="cli", kernel=spec.kernel, **ran_as).id
     with (started(sweep_id, len(plan.configs)) if started else nullcontext()) as on_result:
         execute_sweep(url, sweep_id, backend, defects=defects, jobs=jobs, on_result=on_result, gpus=gpus,
                       time_limit_s=time_limit_s)

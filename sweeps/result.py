@@ -29,6 +29,11 @@ class ConfigResult:
     source_hash: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     reproducer: str = ""
+    # The kernel under test (kernels/plugins): its name and version; `kernel_spec` is how it is
+    # asked for (`--kernel`), what the reproducer carries.
+    kernel: str = "attnsweep"
+    kernel_version: str = ""
+    kernel_spec: str = "attnsweep"
     #: not stored: the config left its process's device context unusable (a sticky fault), so
     #: the process must be replaced before it runs another config
     poisons_process: bool = False
@@ -55,6 +60,8 @@ class ConfigResult:
             "block_n": self.block_n,
             "source_hash": self.source_hash,
             "reproducer": self.reproducer,
+            "kernel": self.kernel,
+            "kernel_version": self.kernel_version or None,
         }
         for key in ("compile_s", "inputs_s", "run_s", "reference_s", "verify_s", "total_s"):
             row[key] = self.timings.get(key)
@@ -65,21 +72,32 @@ class ConfigResult:
 
 
 def new_result(config: AttentionConfig, gates: dict[str, Any], backend: str, defects: frozenset[str],
-               info: Any = None, outcome: str = "error", detail: str = "") -> ConfigResult:
+               info: Any = None, outcome: str = "error", detail: str = "", kernel: str = "attnsweep") -> ConfigResult:
     """A result of `config` with the device facts of `info` (a kernels.backends.base.DeviceInfo; None
     where the device could not be asked) and the reproducer of its gates: every result starts
-    here, so a reproducer is built in this one place."""
+    here, so a reproducer is built in this one place. `kernel`: the kernel asked for, where
+    `info` does not say (kernels/plugins)."""
+    spec = info.kernel_spec if info else kernel
     return ConfigResult(
         config=config, outcome=outcome, detail=detail, gates=gates,
         backend=info.backend if info else backend, device=info.device if info else "",
         driver_version=info.driver_version if info else "", compiler_version=info.compiler_version if info else "",
-        reproducer=reproducer_command(config, info.backend if info else backend, gates, defects),
+        reproducer=reproducer_command(config, info.backend if info else backend, gates, defects, spec),
+        kernel=info.kernel if info else kernel_name(kernel), kernel_version=info.kernel_version if info else "",
+        kernel_spec=spec,
     )
+
+
+def kernel_name(spec: str) -> str:
+    """The name a kernel is stored under before it has said its own: its spec (a path's file name)."""
+    if spec.startswith("so:"):
+        return spec.rsplit("/", 1)[-1][:200]
+    return spec[:200]
 
 
 def unrun_result(config: AttentionConfig, backend: Any, backend_name: str, gates: dict[str, Any],
                  outcome: str, detail: str, total_s: float | None = None,
-                 defects: frozenset[str] = frozenset()) -> ConfigResult:
+                 defects: frozenset[str] = frozenset(), kernel: str = "attnsweep") -> ConfigResult:
     """A result for a config that did not finish (timeout) or could not start (no such backend
     here). `backend`: the kernels.backends.base.Backend it was to run on, None where there is none."""
     info = None
@@ -89,7 +107,7 @@ def unrun_result(config: AttentionConfig, backend: Any, backend_name: str, gates
         except Exception:  # noqa: BLE001 - a stuck or broken device still gets its config stored
             info = None
     result = new_result(config, gates, backend_name, backend.defects if backend is not None else defects,
-                        info, outcome, detail)
+                        info, outcome, detail, kernel)
     if total_s is not None:
         result.timings["total_s"] = total_s
     return result
@@ -100,10 +118,12 @@ def at_commit(reproducer: str, commit: str) -> str:
     return f"git checkout {shlex.quote(commit)} && {reproducer}" if reproducer else reproducer
 
 
-def reproducer_command(config: AttentionConfig, backend: str, gates: dict[str, Any], defects: frozenset[str]) -> str:
-    """One line that re-runs this config with the same gates, so it reproduces the verdict."""
-    parts = ["attnsweep", "verify", "--backend", backend, "--config", config.to_json(),
-             "--gates", json.dumps(gates, sort_keys=True, separators=(",", ":"))]
+def reproducer_command(config: AttentionConfig, backend: str, gates: dict[str, Any], defects: frozenset[str],
+                       kernel: str = "attnsweep") -> str:
+    """One line that re-runs this config with the same gates (and kernel, when it is not the
+    project's own), so it reproduces the verdict."""
+    parts = ["attnsweep", "verify", *(["--kernel", kernel] if kernel != "attnsweep" else []), "--backend", backend,
+             "--config", config.to_json(), "--gates", json.dumps(gates, sort_keys=True, separators=(",", ":"))]
     for d in sorted(defects):
         parts += ["--defect", d]
     return " ".join(shlex.quote(p) for p in parts)

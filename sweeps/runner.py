@@ -24,6 +24,7 @@ from kernels.backends.base import (
     DeviceOutOfMemory,
     LaunchError,
     NotApplicable,
+    PluginError,
     Prepared,
     RunOutput,
 )
@@ -56,6 +57,8 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         prepared = backend.prepare(config)
         timings["compile_s"] = time.perf_counter() - t0
         result.variant, result.block_n, result.source_hash = prepared.variant, prepared.block_n, prepared.source_hash
+        # The project's own kernels are versioned by the source they compiled (or emulate).
+        result.kernel_version = result.kernel_version or (prepared.source_hash or "")[:12]
 
         t0 = time.perf_counter()
         inputs = make_inputs(config) if drawn is None else drawn[0]
@@ -100,6 +103,8 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         result.outcome, result.detail = "oom", str(exc)
     except MemoryError:
         result.outcome, result.detail = "oom", "host out of memory:\n" + traceback.format_exc(limit=5)
+    except PluginError as exc:
+        result.outcome, result.detail = "error", f"kernel {result.kernel}: {exc}"
     except ConfinementTimeout as exc:
         result.outcome, result.detail = "timeout", f"confined run: {exc}"
     except ConfinementError as exc:

@@ -160,6 +160,19 @@ class SweepSpec(BaseModel):
     # With coverage_guided: the newest N finished sweeps of the store are the guided draw's prior
     # (their cell counts, store.coverage.prior_counts); 0: the sweep's own draws only.
     coverage_prior_sweeps: StrictInt = Field(default=0, ge=0, le=MAX_PRIOR_SWEEPS)
+    # The kernel under test (kernels/plugins, docs/plugins.md): "attnsweep" (the project's own, on
+    # `backend`), a shipped plug-in, an entry point, module:attr, path/file.py:attr or so:PATH.
+    kernel: str = Field(default="attnsweep", min_length=1, max_length=1000)
+
+    @field_validator("kernel")
+    @classmethod
+    def _known_form(cls, v: str) -> str:
+        from kernels.plugins.load import KernelSpecError, parse_kernel
+
+        try:
+            return parse_kernel(v, check=False).text
+        except KernelSpecError as exc:
+            raise ValueError(str(exc).removeprefix("kernel: ")) from None
 
     @field_validator("data_regimes", mode="before")
     @classmethod

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from attnconfig import AttentionConfig
 from isolation.confined import backend_for, is_shipped
+from kernels.plugins import is_trusted
 from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicable, Prepared, RunOutput
 from kernels.source import KernelSource
 from sweeps.policy import gates_for
@@ -122,20 +123,22 @@ class Runner:
     def __init__(self, backend: str = "cpu", defects: frozenset[str] | tuple[str, ...] = frozenset(),
                  source: KernelSource | None = None, *, err_ratio_gate: float | None = None,
                  time_limit_s: float | None = 30.0, factory: Callable[[], Backend] | None = None,
-                 isolate: bool | None = None):
+                 isolate: bool | None = None, kernel: str = "attnsweep"):
         self.backend_name = backend
         self.defects = frozenset(defects)
         self.source = source
+        self.kernel = kernel   # the kernel under test (kernels/plugins)
         self.err_ratio_gate = err_ratio_gate
         self.time_limit_s = time_limit_s
         # A source that did not ship (a fetched commit's) runs confined (isolation/): its own
         # process already, so no triage child besides.
-        self._factory = factory or (lambda: backend_for(backend, defects=self.defects, source=source))
+        self._factory = factory or (lambda: backend_for(backend, defects=self.defects, source=source, kernel=kernel))
         self._backend: Backend | None = None
         self.runs = 0
         if isolate is None:
-            isolate = factory is None and backend in ISOLATED_BACKENDS and (is_shipped(source) or backend == "cpu")
-        self.child = ChildRunner({"backend": backend, "defects": sorted(self.defects),
+            isolate = factory is None and backend in ISOLATED_BACKENDS and (is_shipped(source) or backend == "cpu") \
+                and is_trusted(kernel)
+        self.child = ChildRunner({"backend": backend, "defects": sorted(self.defects), "kernel": kernel,
                                   "source_files": dict(source.files) if source is not None else None,
                                   "err_ratio_gate": err_ratio_gate, "time_limit_s": time_limit_s}) if isolate else None
 

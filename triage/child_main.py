@@ -20,7 +20,7 @@ def serve() -> None:
     files = settings.get("source_files")
     runner = Runner(settings["backend"], frozenset(settings["defects"]),
                     KernelSource.from_files(files) if files else None, err_ratio_gate=settings.get("err_ratio_gate"),
-                    time_limit_s=settings.get("time_limit_s"), isolate=False)
+                    time_limit_s=settings.get("time_limit_s"), isolate=False, kernel=settings.get("kernel", "attnsweep"))
     try:
         runner.backend()
     except Exception as exc:  # noqa: BLE001 (the parent raises it again)

@@ -61,7 +61,7 @@ def sweep_runner(session: Session, sweep_id: int, backend: str | None = None, *,
     source = load_bundle(session, sweep.source_hash) if sweep.source_hash else None
     request = sweep.request or {}
     return Runner(backend, sweep_defects(sweep, [r for _, r in stored[:1]]), source,
-                  err_ratio_gate=request.get("err_ratio_gate"), time_limit_s=time_limit_s)
+                  err_ratio_gate=request.get("err_ratio_gate"), time_limit_s=time_limit_s, kernel=sweep.kernel)
 
 
 def triage_clusters(clusters: list[Cluster], runner: Runner, *, shrink_configs: bool = True, classify_configs: bool = True,
@@ -88,7 +88,7 @@ def triage_clusters(clusters: list[Cluster], runner: Runner, *, shrink_configs: 
             cluster.classification = classify(cluster.minimal_config or start.to_dict(), runner, target,
                                               repeats=repeats, seeds=seeds, failed_before=True)
         smallest = parse_config(cluster.minimal_config) if cluster.minimal_config is not None else start
-        line = reproducer_command(smallest, runner.backend_name, runner.gates(smallest), runner.defects)
+        line = reproducer_command(smallest, runner.backend_name, runner.gates(smallest), runner.defects, runner.kernel)
         cluster.reproducer = at_commit(line, commit) if commit else line
     return clusters
 

@@ -48,6 +48,7 @@ from kernels.source import KernelSource
 from store import repo
 from store.bundles import load_bundle
 from store.db import session_scope
+from store.kernels import note_kernel, sweep_kernel
 from sweeps.filters import host_cost
 from sweeps.policy import gates_for
 from sweeps.result import ConfigResult, unrun_result
@@ -80,6 +81,8 @@ class WorkerSpec:
     sanitize: tuple[str, frozenset[str]] | None = None
     # The sweep's source bundle (a fetched commit's kernels/src, run confined); None: the shipped one.
     source: KernelSource | None = None
+    # The kernel under test (kernels/plugins): the project's own, or a plug-in's spec.
+    kernel: str = "attnsweep"
 
 
 def worker_name(slot: int, gpus: tuple[int, ...], environ: dict[str, str] | None = None) -> tuple[str, int | None]:
@@ -104,8 +107,11 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
         pin_gpu(spec.gpu)   # before the thread below loads a runtime, which reads the pin
     from isolation.confined import backend_for
 
-    loading: Future[Backend] = ThreadPoolExecutor(1, thread_name_prefix="backend").submit(
-        backend_for, spec.backend_name, spec.defects, spec.source)
+    # The pool is kept for the process's life: a confined backend's process (bubblewrap's
+    # --die-with-parent) is killed when the thread that started it ends.
+    loader = ThreadPoolExecutor(1, thread_name_prefix="backend")
+    loading: Future[Backend] = loader.submit(backend_for, spec.backend_name, spec.defects, spec.source,
+                                             kernel=spec.kernel)
     ready_at = [0.0]
     loading.add_done_callback(lambda _f: ready_at.__setitem__(0, time.time()))
     handed = []
@@ -113,13 +119,13 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
     def backend() -> Backend:
         """The backend loading since the start; a new one after a timeout dropped it."""
         if handed:
-            return backend_for(spec.backend_name, spec.defects, spec.source)
+            return backend_for(spec.backend_name, spec.defects, spec.source, kernel=spec.kernel)
         handed.append(True)
         return loading.result()
 
     executor = ConfigExecutor(spec.backend_name, spec.defects, limits=spec.limits, backend_factory=backend,
                               sanitize=spec.sanitize[0] if spec.sanitize else None,
-                              sanitize_hashes=spec.sanitize[1] if spec.sanitize else frozenset())
+                              sanitize_hashes=spec.sanitize[1] if spec.sanitize else frozenset(), kernel=spec.kernel)
     lock = threading.Lock()
     sent: set[int] = set()
 
@@ -240,7 +246,7 @@ class _Slot:
 def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs: int,
              gpus: tuple[int, ...] = (), limits: Limits | None = None,
              sanitize: tuple[str, frozenset[str]] | None = None,
-             source: KernelSource | None = None) -> Iterator[list[tuple[ConfigResult, str]]]:
+             source: KernelSource | None = None, kernel: str = "attnsweep") -> Iterator[list[tuple[ConfigResult, str]]]:
     """Batches of (result, worker name): each holds the results that were in when it was taken.
     The pool runs in a thread of its own, so its processes keep working while the caller stores."""
     if gpus and jobs < len(gpus):
@@ -253,7 +259,8 @@ def _results(todo: list[dict], backend_name: str, defects: frozenset[str], jobs:
         return
     todo = largest_first(todo)
     ctx = _pool_context()
-    specs = [WorkerSpec(backend_name, defects, limits, *worker_name(i, gpus), sanitize, source) for i in range(jobs)]
+    specs = [WorkerSpec(backend_name, defects, limits, *worker_name(i, gpus), sanitize, source, kernel)
+             for i in range(jobs)]
     out: queue.Queue = queue.Queue()
     stop = threading.Event()
     pool = threading.Thread(target=_dispatch, args=(ctx, specs[:min(jobs, len(todo))], todo, limits, out, stop),
@@ -354,7 +361,8 @@ def _poll(conn: Connection) -> bool:
 
 def _unrun(config_json: dict, spec: WorkerSpec, outcome: str, detail: str) -> ConfigResult:
     config = parse_config(config_json)
-    return unrun_result(config, None, spec.backend_name, gates_for(config), outcome, detail, defects=spec.defects)
+    return unrun_result(config, None, spec.backend_name, gates_for(config), outcome, detail, defects=spec.defects,
+                        kernel=spec.kernel)
 
 
 def execute_sweep(
@@ -373,6 +381,7 @@ def execute_sweep(
         todo = [cfg for _hash, cfg in repo.queued_configs(s, sweep_id)]
         sanitize = repo.sweep_sanitize(s, sweep_id)
         source_hash, _commit = repo.sweep_revision(s, sweep_id)
+        kernel = sweep_kernel(s, sweep_id)
         # A sweep of a stored bundle (a CI sweep run again here) runs that source, confined.
         source = load_bundle(s, source_hash) if source_hash else None
         if source_hash and source is None:
@@ -381,10 +390,13 @@ def execute_sweep(
         repo.set_status(s, sweep_id, "running")
     try:
         limits = process_limits(time_limit_s)   # a setting that does not validate fails the sweep
-        for batch in _results(todo, backend_name, defects, jobs, tuple(gpus), limits, sanitize, source):
+        for batch in _results(todo, backend_name, defects, jobs, tuple(gpus), limits, sanitize, source, kernel):
             t0 = time.perf_counter()
             with session_scope(db_url) as s:
                 repo.record_results(s, sweep_id, [(r.config_hash, r.to_row(), worker) for r, worker in batch])
+                ran = next((r for r, _w in batch if r.kernel_version), None)
+                if ran is not None:
+                    note_kernel(s, sweep_id, ran.kernel, ran.kernel_version)
             # After the rows are written, so not stored; bench/sweep.py reads it through on_result.
             store_s = (time.perf_counter() - t0) / len(batch)
             for result, _worker_name in batch:

@@ -37,6 +37,7 @@ from settings import Settings
 from kernels.source import KernelSource
 from store import repo
 from store.db import is_unreachable, session_scope
+from store.kernels import note_kernel, sweep_kernel
 from sweeps.policy import gates_for
 from sweeps.result import ConfigResult, at_commit, unrun_result
 from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
@@ -149,12 +150,13 @@ def execute_batch(
             repo.mark_running(s, sweep_id)
         source_hash, commit = repo.sweep_revision(s, sweep_id)
         sanitize = repo.sweep_sanitize(s, sweep_id)
+        kernel = sweep_kernel(s, sweep_id)
     if status is None:
         log.warning("sweep %s does not exist; %d configs dropped", sweep_id, len(items))
     source = BUNDLES.get(url, source_hash) if source_hash and pending else None
     executor = ConfigExecutor(backend_name, defects, Limits.of(settings), source,
                               sanitize=sanitize[0] if sanitize else None,
-                              sanitize_hashes=sanitize[1] if sanitize else frozenset())
+                              sanitize_hashes=sanitize[1] if sanitize else frozenset(), kernel=kernel)
     store = Store(settings, sweep_id, worker, celery, commit)
     for config_hash, config_json in items:
         if config_hash not in pending:
@@ -178,10 +180,10 @@ def execute_batch(
         if starts > MAX_STARTS:
             result = unrun_result(config, None, backend_name, gates, "error",
                                   f"{starts - 1} worker processes ended while running this config's kernel "
-                                  "without storing a result (a crash in a driver, or killed); not run again")
+                                  "without storing a result (a crash in a driver, or killed); not run again", kernel=kernel)
         elif source_hash and source is None:
             result = unrun_result(config, None, backend_name, gates, "error",
-                                  f"source bundle {source_hash} of this sweep is not in the store")
+                                  f"source bundle {source_hash} of this sweep is not in the store", kernel=kernel)
         else:
             result = executor.run(config, gates, record_and_exit)
         stored = store.record(config_hash, result)
@@ -230,8 +232,11 @@ class Store:
 
         def write() -> bool:
             with session_scope(self.url) as s:
-                return repo.record_result(s, self.sweep_id, config_hash, result.to_row(), worker=self.worker,
-                                          clear_start=True)
+                stored = repo.record_result(s, self.sweep_id, config_hash, result.to_row(), worker=self.worker,
+                                            clear_start=True)
+                if stored and result.kernel_version:
+                    note_kernel(s, self.sweep_id, result.kernel, result.kernel_version)
+                return stored
 
         stored = retrying(what, write, self.cancelled, returned=[config_hash])
         if stored is None:

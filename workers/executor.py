@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 WATCHDOG_EXIT = 70
 FAULT_EXIT = 71
 
-BackendKey = tuple[str, frozenset[str], str | None]
+BackendKey = tuple[str, frozenset[str], str | None, str]
 
 
 class BackendCache:
@@ -53,14 +53,14 @@ class BackendCache:
         self.limit = limit
 
     def get(self, name: str, defects: frozenset[str], source: KernelSource | None = None,
-            factory: Callable[[], Backend] | None = None) -> Backend:
-        key = (name, defects, source.hash if source is not None else None)
+            factory: Callable[[], Backend] | None = None, kernel: str = "attnsweep") -> Backend:
+        key = (name, defects, source.hash if source is not None else None, kernel)
         if key not in self._backends:
             if factory is None:
-                # A source that did not ship (a fetched commit's) runs confined (isolation/).
+                # A source or a plug-in that did not ship (a fetched commit's) runs confined (isolation/).
                 from isolation.confined import backend_for
 
-                factory = lambda: backend_for(name, defects=defects, source=source)  # noqa: E731
+                factory = lambda: backend_for(name, defects=defects, source=source, kernel=kernel)  # noqa: E731
             self._backends[key] = factory()
             while len(self._backends) > self.limit:
                 old_key, _ = next(iter(self._backends.items()))
@@ -68,9 +68,10 @@ class BackendCache:
         self._backends.move_to_end(key)
         return self._backends[key]
 
-    def drop(self, name: str, defects: frozenset[str], source: KernelSource | None = None) -> None:
+    def drop(self, name: str, defects: frozenset[str], source: KernelSource | None = None,
+             kernel: str = "attnsweep") -> None:
         """Forget a backend whose state a timed-out config may have broken; the next config makes a new one."""
-        self._close((name, defects, source.hash if source is not None else None))
+        self._close((name, defects, source.hash if source is not None else None, kernel))
 
     def _close(self, key: BackendKey) -> None:
         backend = self._backends.pop(key, None)
@@ -110,9 +111,11 @@ class ConfigExecutor:
     backends: BackendCache = field(default_factory=lambda: BACKENDS)
     #: the backend in use already exists (the embedded pool loads it while it draws inputs)
     backend_factory: Callable[[], Backend] | None = None
+    #: the kernel under test (kernels/plugins): the project's own, or a plug-in's spec
+    kernel: str = "attnsweep"
 
     def backend(self) -> Backend:
-        return self.backends.get(self.backend_name, self.defects, self.source, self.backend_factory)
+        return self.backends.get(self.backend_name, self.defects, self.source, self.backend_factory, self.kernel)
 
     def run(self, config: AttentionConfig, gates: dict[str, Any], on_hard_timeout: Callable[[ConfigResult], None],
             drawn: tuple[Any, float] | None = None) -> ConfigResult:
@@ -125,7 +128,7 @@ class ConfigExecutor:
             backend = self.backend()
         except BackendUnavailable as exc:
             return unrun_result(config, None, self.backend_name, gates, "error",
-                                f"backend {self.backend_name} unavailable on this worker: {exc}")
+                                f"backend {self.backend_name} unavailable on this worker: {exc}", kernel=self.kernel)
         if self.sanitize and config.content_hash() in self.sanitize_hashes:
             from isolation.confined import ConfinedBackend
 
@@ -146,7 +149,7 @@ class ConfigExecutor:
             with time_limit(self.limits.config_s, self.limits.grace_s, hard_timeout):
                 result = run_config(config, backend, gates, drawn=drawn)
         except ConfigTimeLimitExceeded as exc:
-            self.backends.drop(self.backend_name, self.defects, self.source)
+            self.backends.drop(self.backend_name, self.defects, self.source, self.kernel)
             # The notes say where the limit stopped it, where the backend knows (the cpu
             # emulation's combine); triage locates the timeout by them.
             detail = "\n".join([str(exc), *getattr(exc, "__notes__", ())])

@@ -97,7 +97,8 @@ def run_sanitized(config: AttentionConfig, backend: "Backend", gates: dict[str, 
                             "CUDA toolkit's bin folder on PATH)")
     cmd = [exe, "--tool", tool, "--print-limit", str(FINDINGS_SHOWN), "--error-exitcode", "0",
            sys.executable, "-m", "workers.sanitize", name]
-    payload = json.dumps({"config": config.to_dict(), "gates": gates, "defects": sorted(backend.defects)})
+    payload = json.dumps({"config": config.to_dict(), "gates": gates, "defects": sorted(backend.defects),
+                          "kernel": backend.device_info().kernel_spec})
     limit = config_time_limit_s * TIME_LIMIT_FACTOR if config_time_limit_s > 0 else None
     try:
         proc = subprocess.run(cmd, input=payload, capture_output=True, text=True, timeout=limit)
@@ -137,12 +138,12 @@ def _main(backend_name: str) -> None:
     """The child: one config from stdin, its result as one marked JSON line on stdout."""
     from dataclasses import asdict
 
-    from kernels import get_backend
+    from kernels.plugins import kernel_backend
     from sweeps.runner import run_config
 
     request = json.loads(sys.stdin.read())
     config = parse_config(request["config"])
-    backend = get_backend(backend_name, defects=frozenset(request["defects"]))
+    backend = kernel_backend(request.get("kernel", "attnsweep"), backend_name, defects=frozenset(request["defects"]))
     result = run_config(config, backend, request["gates"])
     data = asdict(result)
     data.pop("config")

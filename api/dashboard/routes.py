@@ -69,6 +69,13 @@ def read_ci_page(request: Request, repository: str = "") -> HTMLResponse:
     return templates.TemplateResponse(request, "ci.html", {"page": "ci", "repository": repository})
 
 
+@pages.get("/compare")
+def read_compare_page(request: Request, sweeps: str = "") -> HTMLResponse:
+    """Sweeps of several kernels side by side (GET /compare)."""
+    return templates.TemplateResponse(request, "compare.html", {
+        "page": "compare", "sweeps": sweeps[:200], "page_data": {"outcomes": list(OUTCOMES)}})
+
+
 @pages.get("/sweeps", response_class=RedirectResponse)
 def redirect_sweeps() -> RedirectResponse:
     return RedirectResponse("/dashboard")

@@ -37,6 +37,12 @@ BY_NAME: dict[str, str] = {
     "data_regime": "shape of the input values: normal, sink, outliers, large_logits, uniform or cancellation (docs/spec.md §1)",
     "has_prefix_offset": "the config has a prefix_offset",
     "kv_cache": "the config is in KV-cache mode (current_seq_len set)",
+    # The kernel under test (docs/plugins.md).
+    "kernel": "the kernel under test: attnsweep (the project's own, on the backend), a shipped plug-in "
+              "(torch-sdpa:math|flash|efficient|cudnn, xformers-splitk) or an installed entry point (GET /kernels)",
+    "kernel_name": "the name the kernel ran as",
+    "kernel_version": "the kernel's version: a package version or a digest of its source",
+    "only_one_total": "configs failing on exactly one kernel while the others passed them, all of them",
     # Sweep requests (docs/spec.md §6, §8).
     "samples": "configs to run: drawn until this many pass every prefilter",
     "seed": "seed of the sampling stream (default: the ISO week number)",

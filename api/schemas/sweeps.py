@@ -32,7 +32,7 @@ class SweepCreate(SweepSpec):
 
     @model_validator(mode="after")
     def _configs_or_samples(self) -> "SweepCreate":
-        problems = []
+        problems = kernel_problems(self.kernel, self.defects)
         if self.sanitize and self.backend in ("cpu", "hip", "hostemu"):
             from workers.sanitize import check_request
 
@@ -56,6 +56,25 @@ class SweepCreate(SweepSpec):
 
     def spec(self) -> SweepSpec:
         return SweepSpec.model_validate(self.model_dump(exclude={"configs", "defects", "sanitize", "sanitize_share"}))
+
+
+def kernel_problems(kernel: str, defects: list[str]) -> list[tuple[str, str]]:
+    """Why the service will not sweep `kernel`: it sweeps what was installed with it (the project's
+    own kernels, the shipped plug-ins, the entry points of installed packages), never a path or a
+    module a request names (docs/security.md)."""
+    from kernels.plugins.load import KernelSpecError, parse_kernel
+
+    try:
+        spec = parse_kernel(kernel)
+    except KernelSpecError as exc:
+        return [("kernel", str(exc).removeprefix("kernel: "))]
+    if spec.kind in ("file", "so", "module"):
+        return [("kernel", f"{kernel!r}: the service sweeps the kernels installed with it (GET /kernels): attnsweep, "
+                           "a shipped plug-in or an installed package's entry point; a path or module is for the "
+                           "command line")]
+    if defects and not spec.is_default:
+        return [("defects", f"defect switches are compiled into attnsweep's own kernels; kernel {kernel} has none")]
+    return []
 
 
 class SweepAccepted(BaseModel):
@@ -106,6 +125,10 @@ class SweepPublic(BaseModel):
     splitkv_budget: int
     budget_source: str
     rerun_of: int | None
+    kernel: str = Field(default="attnsweep", description="the kernel under test as asked for (attnsweep: the "
+                                                         "project's own; a plug-in's name, docs/plugins.md)")
+    kernel_name: str | None = Field(default=None, description="the name the kernel ran as (null until a result says)")
+    kernel_version: str | None = Field(default=None, description="its version: a package version or a source digest")
     submitted_by: str | None = Field(default=None, description="the name of the API token that submitted it "
                                                                "(webhook: a CI delivery; cli: the command line); null "
                                                                "where authentication was off")
@@ -153,6 +176,9 @@ class ConfigRunPublic(BaseModel):
         default=None, description="numeric facts of the run's inputs and reference (fact_* keys, docs/spec.md §6 "
                                   "\"Coverage\"); null where the config did not run")
     reproducer: str | None
+    kernel: str | None = Field(default=None, description="the kernel that ran it, name (null: stored before "
+                                                         "plug-ins, the project's own)")
+    kernel_version: str | None = None
     worker: str | None
     attempts: int
     finished_at: datetime | None

@@ -26,6 +26,7 @@ from kernels.errors import (  # noqa: F401
     DeviceOutOfMemory,
     LaunchError,
     NotApplicable,
+    PluginError,
 )
 
 
@@ -38,6 +39,11 @@ class DeviceInfo:
     compiler_version: str = ""
     arch: str = ""
     multiprocessors: int | None = None  # SMs / CUs: what the automatic split count sizes to
+    # The kernel under test (kernels/plugins): how it was asked for (`--kernel`), its name and
+    # version. Our own kernels are "attnsweep", versioned by the source a result names.
+    kernel_spec: str = "attnsweep"
+    kernel: str = "attnsweep"
+    kernel_version: str = ""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ function reasonsCell(filtered) {
 
 function row(s) {
   return el("tr", { "data-sweep": s.id, "data-status": s.status },
-    el("td", {}, el("a", { href: `/dashboard/sweeps/${s.id}` }, `#${s.id}`), el("div", { class: "muted" }, s.backend)),
+    el("td", {}, el("a", { href: `/dashboard/sweeps/${s.id}` }, `#${s.id}`), el("div", { class: "muted" }, s.backend),
+      s.kernel !== "attnsweep" ? el("div", { class: "kernel" }, s.kernel_name || s.kernel) : ""),
     commitCell(s),
     el("td", {}, badge(s.status)),
     el("td", {}, progress(s.configs_done, s.configs_total)),
