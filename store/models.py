@@ -72,7 +72,7 @@ class Sweep(Base):
     # Revision 0009: the name of the API token that submitted it ("webhook": a CI delivery; "cli":
     # `attnsweep run`); null where authentication was off.
     submitted_by: Mapped[str | None] = mapped_column(String(64))
-    # Revision 0012: the kernel under test (kernels/plugins) as asked for (`--kernel`: "attnsweep",
+    # Revision 0010: the kernel under test (kernels/plugins) as asked for (`--kernel`: "attnsweep",
     # a plug-in's name, module:attr, a path), and the name and version it ran as (null until a
     # result says).
     kernel: Mapped[str] = mapped_column(String(1000), default="attnsweep", server_default="attnsweep")
@@ -186,7 +186,7 @@ class ConfigRun(Base):
     facts: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     reproducer: Mapped[str | None] = mapped_column(Text)
-    # Revision 0012: the kernel that ran it, name and version (kernels/plugins); null: rows
+    # Revision 0010: the kernel that ran it, name and version (kernels/plugins); null: rows
     # stored before, all of the project's own kernels.
     kernel: Mapped[str | None] = mapped_column(String(200))
     kernel_version: Mapped[str | None] = mapped_column(String(64))

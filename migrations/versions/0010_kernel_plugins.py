@@ -1,7 +1,7 @@
 """The kernel under test: which kernel a sweep asked for (`--kernel`, "attnsweep" for the rows
 before), the name and version it ran as, and the same on every result
 
-Revision ID: 0012
+Revision ID: 0010
 Revises: 0009
 Create Date: 2026-12-07
 """
@@ -11,7 +11,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0012'
+revision = '0010'
 down_revision = '0009'
 branch_labels = None
 depends_on = None
