@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -161,8 +162,22 @@ class Confinement:
         for path in self.writable:
             if self.drops_uid:
                 os.chown(path, self.uid, self.gid)
-        return subprocess.Popen(self.command(program, mode), env={"PATH": BASE_ENV["PATH"]},
-                                **_as_sandbox_uid(self, mode), **kwargs)
+        return _spawn(self.command(program, mode), env={"PATH": BASE_ENV["PATH"]}, **_as_sandbox_uid(self, mode),
+                      **kwargs)
+
+
+_spawner: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _spawn(*args: object, **kwargs: object) -> subprocess.Popen:
+    """subprocess.Popen, called from one thread that lives as long as this process. bubblewrap's
+    --die-with-parent (PR_SET_PDEATHSIG) fires when the thread that started it ends, not the
+    process: a confined process started from a short-lived thread (a loader's, a request's)
+    would be killed with that thread. One spawner per process (a forked child makes its own)."""
+    global _spawner
+    if _spawner is None or _spawner[0] != os.getpid():
+        _spawner = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="confined-spawner"))
+    return _spawner[1].submit(subprocess.Popen, *args, **kwargs).result()
 
 
 def _as_sandbox_uid(c: Confinement, mode: str) -> dict:

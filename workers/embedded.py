@@ -107,11 +107,8 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
         pin_gpu(spec.gpu)   # before the thread below loads a runtime, which reads the pin
     from isolation.confined import backend_for
 
-    # The pool is kept for the process's life: a confined backend's process (bubblewrap's
-    # --die-with-parent) is killed when the thread that started it ends.
-    loader = ThreadPoolExecutor(1, thread_name_prefix="backend")
-    loading: Future[Backend] = loader.submit(backend_for, spec.backend_name, spec.defects, spec.source,
-                                             kernel=spec.kernel)
+    loading: Future[Backend] = ThreadPoolExecutor(1, thread_name_prefix="backend").submit(
+        backend_for, spec.backend_name, spec.defects, spec.source, kernel=spec.kernel)
     ready_at = [0.0]
     loading.add_done_callback(lambda _f: ready_at.__setitem__(0, time.time()))
     handed = []

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,21 @@ print(made, flush=True)
     # Nothing the bomb forked outlives its sandbox.
     left = subprocess.run(["pgrep", "-u", "61000"], capture_output=True, text=True).stdout.split()
     assert left == []
+
+
+def test_a_confined_process_outlives_the_thread_that_started_it():
+    # bubblewrap's --die-with-parent follows the starting thread: popen starts it from one that lasts.
+    binds, path = python_paths(("settings",))
+    c = Confinement(LIMITS, 61000, 61000, read_only=tuple(binds), env={"PYTHONPATH": os.pathsep.join(path)})
+    started: list[subprocess.Popen] = []
+
+    def start_then_end() -> None:
+        started.append(c.popen([sys.executable, "-c", "import time; time.sleep(4); print('alive')"],
+                               stdout=subprocess.PIPE, text=True))
+        time.sleep(1.5)   # the thread ends once bubblewrap is up, as a loader thread would
+
+    t = threading.Thread(target=start_then_end)
+    t.start()
+    t.join()
+    out, _ = started[0].communicate(timeout=60)
+    assert started[0].returncode == 0 and out.strip() == "alive"
