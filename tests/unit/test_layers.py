@@ -30,8 +30,10 @@ def _copy_tree(dest: Path) -> None:
 
 
 # Folders of Python outside the contract: the tests; the migrations (alembic loads them by path);
-# deploy/, whose smoke script runs on the host's python3 and imports nothing of the project.
-OUTSIDE = {"tests", "migrations", "deploy"}
+# deploy/, whose smoke script runs on the host's python3 and imports nothing of the project;
+# examples/, kernel plug-ins as a user writes them: packages of their own, installed or loaded by
+# path, that import the project only through its plug-in interface.
+OUTSIDE = {"tests", "migrations", "deploy", "examples"}
 
 
 def test_every_folder_of_python_is_under_the_contract():
