@@ -5,7 +5,7 @@ from typing import Annotated, Iterator
 
 from celery import Celery
 from fastapi import Depends, HTTPException, Path, Query, Request, status
-from sqlalchemy.orm import Session
+from store.db import Session
 
 from api.errors import ProblemError
 from attnconfig.config import INT4_MAX, INT8_MAX, text_problem

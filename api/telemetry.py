@@ -35,7 +35,7 @@ class StoreCollector(Collector):
         self.settings = settings
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from workers.outbox import queued_live_count, stalled_seconds, stuck_sweeps, unpublished_count
+        from store.outbox import queued_live_count, stalled_seconds, stuck_sweeps, unpublished_count
 
         with self.sessions() as session:
             sweeps = GaugeMetricFamily("attnsweep_sweeps", "Sweeps by status", labels=["status"])

@@ -16,7 +16,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy.orm import Session
+from store.db import Session
 
 from ci.status import commit_status
 from settings import Settings

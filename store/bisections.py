@@ -16,13 +16,14 @@ This module stores what triage computed; it imports nothing of triage/, which si
 """
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from store.models import Bisection, Cluster
+from store.models import Bisection, Cluster, ConfigRun
 from store.repo import now
 
 STATUSES = ("queued", "running", "done", "error")
@@ -36,6 +37,14 @@ def create_bisection(session: Session, **fields: Any) -> Bisection:
     session.add(row)
     session.flush()
     return row
+
+
+def most_run_backend(session: Session, sweep_id: int) -> str | None:
+    """The backend that ran most of the sweep's configs (a CI sweep may name `auto`), None when
+    no config recorded one."""
+    named = Counter(session.scalars(select(ConfigRun.backend).where(ConfigRun.sweep_id == sweep_id,
+                                                                   ConfigRun.backend.is_not(None))))
+    return named.most_common(1)[0][0] if named else None
 
 
 def bisections_for_sweep(session: Session, sweep_id: int) -> list[Bisection]:

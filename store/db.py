@@ -8,6 +8,7 @@ from typing import Iterator
 from sqlalchemy import create_engine, event, exc as sa_exc, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 # What the layers above name without SQLAlchemy of their own: `Session` (the argument of every
 # store function), the error of a write that broke a unique or foreign key (a racing duplicate),
@@ -111,3 +112,15 @@ def session_scope(url: str) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+@contextmanager
+def unpooled_session(url: str) -> Iterator[Session]:
+    """A transaction on a connection of its own, closed afterwards: safe across fork, where a
+    pooled connection inherited by a child would be shared by two processes."""
+    engine = create_engine(normalize_url(url), poolclass=NullPool)
+    try:
+        with Session(engine) as session, session.begin():
+            yield session
+    finally:
+        engine.dispose()

@@ -27,15 +27,11 @@ worker died MAX_ATTEMPTS times is stored `error`. A task the broker did not take
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from settings import Settings, get_settings
 from store import bisections as stored
-from store.db import is_unreachable, session_scope
+from store.db import Session, is_unreachable, session_scope
 from store.clusters import signature_label
 from store.models import Bisection, ConfigRun, Sweep
 from store.repo import now
@@ -243,12 +239,10 @@ def plan_ci_bisections(url: str, sweep_id: int, settings: Settings,
                 targets.append((rank, signature_label(cluster["signature"]), config))
         if not clusters:
             targets = [(None, None, dict(next(iter(new.values())).config))]
-        named = Counter(s.scalars(select(ConfigRun.backend).where(ConfigRun.sweep_id == sweep_id,
-                                                                 ConfigRun.backend.is_not(None))))
         request = sweep.request or {}
         common: dict[str, Any] = {
             "repo": settings.kernel_repo, "good": before, "bad": sweep.commit_sha,
-            "backend": named.most_common(1)[0][0] if named else sweep.backend,
+            "backend": stored.most_run_backend(s, sweep_id) or sweep.backend,
             "defects": list(request.get("defects") or []), "err_ratio_gate": request.get("err_ratio_gate"),
             "repository": sweep.repository, "commit_sha": sweep.commit_sha, "sweep_id": sweep_id,
             "submitted_by": "webhook",

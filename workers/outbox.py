@@ -40,14 +40,11 @@ from datetime import timedelta
 from typing import Any, Callable, Iterable
 
 from celery import Celery
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
-
 from attnconfig import AttentionConfig, parse_config
 from settings import Settings
-from store import repo
-from store.db import commit_without_flush_wait
-from store.models import ConfigRun, Sweep
+from store import outbox as marks, repo
+from store.db import Session, commit_without_flush_wait
+from store.models import Sweep
 from workers.app import CI_PRIORITY, PRIORITY_STEPS, SWEEP_PRIORITY, TASK_RUN_CONFIGS, redis_client
 from workers.bisect import publish_pending as publish_bisections
 from workers.triage import publish_pending as publish_triage
@@ -77,25 +74,12 @@ def priority_of(sweep: Sweep) -> int:
 
 
 # --- publishing --------------------------------------------------------------------------------
-def _claim_pending(session: Session, sweep_id: int) -> list[tuple[str, dict[str, Any]]]:
-    """Mark the sweep's configs "to publish" published, in the caller's transaction, and return
-    them (hash, config) in sampled order. The update holds their rows until the commit: a second
-    publisher (the reconciler beside the submitter) waits, then finds them marked."""
-    table = ConfigRun.__table__
-    rows = session.execute(
-        update(table)
-        .where(table.c.sweep_id == sweep_id, table.c.state == "queued", table.c.enqueued_at.is_(None))
-        .values(enqueued_at=repo.now(), enqueues=table.c.enqueues + 1)
-        .returning(table.c.seq, table.c.config_hash, table.c.config)).all()
-    return [(h, c) for _seq, h, c in sorted(rows, key=lambda r: r[0])]
-
-
 def publish_sweep(session: Session, celery: Celery, settings: Settings, sweep: Sweep,
                   known: Iterable[AttentionConfig] = ()) -> int:
     """Publish the sweep's configs marked "to publish" and mark them published; returns the
     tasks sent. Commits. Raises whatever the broker raised (nothing is marked then). `known`:
     configs already parsed (the submitter's), read back from the store only where missing."""
-    rows = _claim_pending(session, sweep.id)
+    rows = marks.claim_pending(session, sweep.id)
     if not rows:
         session.commit()
         return 0
@@ -118,16 +102,12 @@ def publish_sweep(session: Session, celery: Celery, settings: Settings, sweep: S
 def publish_pending(session: Session, celery: Celery, settings: Settings, sweep_ids: Iterable[int] | None = None) -> int:
     """publish_sweep for every active service sweep with configs marked "to publish" (or these)."""
     if sweep_ids is None:
-        sweep_ids = list(session.scalars(
-            select(ConfigRun.sweep_id).join(Sweep, Sweep.id == ConfigRun.sweep_id)
-            .where(Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None),
-                   ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None))
-            .group_by(ConfigRun.sweep_id).order_by(ConfigRun.sweep_id)))
+        sweep_ids = marks.pending_sweep_ids(session)
         session.commit()
     tasks = 0
     for sid in sweep_ids:
-        sweep = session.get(Sweep, sid)
-        if sweep is not None and sweep.status in repo.ACTIVE_STATUSES:
+        sweep = marks.live_sweep(session, sid)
+        if sweep is not None:
             tasks += publish_sweep(session, celery, settings, sweep)
     return tasks
 
@@ -295,11 +275,7 @@ class Reconciler:
 
     def _requeue_vanished(self, session: Session) -> tuple[int, int]:
         cutoff = repo.now() - timedelta(seconds=VANISHED_GRACE_S)
-        rows = session.execute(
-            select(ConfigRun.sweep_id, ConfigRun.config_hash, ConfigRun.enqueues)
-            .join(Sweep, Sweep.id == ConfigRun.sweep_id)
-            .where(Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None), ConfigRun.state == "queued",
-                   ConfigRun.enqueued_at.is_not(None), ConfigRun.enqueued_at < cutoff)).all()
+        rows = marks.published_before(session, cutoff)
         session.commit()
         if not rows:
             self.missing_before = set()
@@ -315,9 +291,7 @@ class Reconciler:
         enqueues = {(sid, h): n for sid, h, n in rows}
         requeue = [k for k in confirmed if enqueues[k] < MAX_ENQUEUES]
         give_up = [k for k in confirmed if enqueues[k] >= MAX_ENQUEUES]
-        for sid, h in requeue:
-            session.execute(update(ConfigRun).where(ConfigRun.sweep_id == sid, ConfigRun.config_hash == h,
-                                                    ConfigRun.state == "queued").values(enqueued_at=None))
+        marks.mark_to_publish(session, requeue)
         for sid, h in give_up:
             repo.record_result(session, sid, h, {
                 "outcome": "error",
@@ -331,10 +305,7 @@ class Reconciler:
 
 def finish_complete(session: Session) -> int:
     """End `done` every active service sweep none of whose configs is still queued."""
-    still = select(ConfigRun.id).where(ConfigRun.sweep_id == Sweep.id, ConfigRun.state == "queued").exists()
-    ids = list(session.scalars(select(Sweep.id).where(Sweep.status.in_(repo.ACTIVE_STATUSES),
-                                                      Sweep.queue.is_not(None), ~still)))
-    ended = [sid for sid in ids if repo.finish_if_complete(session, sid)]
+    ended = [sid for sid in marks.complete_sweep_ids(session) if repo.finish_if_complete(session, sid)]
     session.commit()
     from ci.notify import sweep_ended
 
@@ -359,61 +330,3 @@ class ReconcilerThread(PeriodicThread):
         done = self.reconciler.run_once(self.sessions)
         if any(done.values()):
             log.info("reconciler: %s (%.1f s)", done, time.monotonic() - t0)
-
-
-def queued_live_count(session: Session) -> int:
-    """Configs waiting for a worker in sweeps that are still queued or running."""
-    return session.scalar(select(func.count()).select_from(ConfigRun).join(Sweep, Sweep.id == ConfigRun.sweep_id)
-                          .where(ConfigRun.state == "queued", Sweep.status.in_(repo.ACTIVE_STATUSES))) or 0
-
-
-def unpublished_count(session: Session) -> int:
-    """Configs of live service sweeps committed but not yet on the broker."""
-    return session.scalar(select(func.count()).select_from(ConfigRun).join(Sweep, Sweep.id == ConfigRun.sweep_id)
-                          .where(ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None),
-                                 Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None))) or 0
-
-
-def stuck_sweeps(session: Session, after_s: float) -> list[int]:
-    """Queued or running service sweeps with nothing in flight: complete but not ended, configs
-    waiting to be published for `after_s`, or nothing stored or published for `after_s`."""
-    cutoff = repo.now() - timedelta(seconds=after_s)
-    stats = session.execute(
-        select(Sweep.id, Sweep.created_at,
-               func.count(ConfigRun.id).filter(ConfigRun.state == "queued"),
-               func.max(ConfigRun.finished_at), func.max(ConfigRun.enqueued_at),
-               func.count(ConfigRun.id).filter(ConfigRun.state == "queued", ConfigRun.enqueued_at.is_(None)))
-        .join(ConfigRun, ConfigRun.sweep_id == Sweep.id, isouter=True)
-        .where(Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None))
-        .group_by(Sweep.id, Sweep.created_at)).all()
-    out = []
-    for sid, created, queued, last_result, last_publish, unpublished in stats:
-        moments = [_aware(t) for t in (created, last_result, last_publish) if t is not None]
-        idle = max(moments) < cutoff if moments else True
-        if queued == 0 or idle or (unpublished and _aware(created) < cutoff):
-            out.append(sid)
-    return out
-
-
-def stalled_seconds(session: Session) -> float:
-    """Seconds since anything moved for the configs waiting in queued or running service sweeps:
-    since the last result stored in such a sweep, or since the newest of them was created; 0
-    when no config waits. A broker that lost its tasks (flushed, restarted empty) shows here
-    until the reconciler requeues them."""
-    rows = session.execute(
-        select(Sweep.created_at, func.max(ConfigRun.finished_at))
-        .join(ConfigRun, ConfigRun.sweep_id == Sweep.id)
-        .where(Sweep.status.in_(repo.ACTIVE_STATUSES), Sweep.queue.is_not(None))
-        .group_by(Sweep.id, Sweep.created_at)
-        .having(func.count(ConfigRun.id).filter(ConfigRun.state == "queued") > 0)).all()
-    moments = [_aware(t) for row in rows for t in row if t is not None]
-    if not moments:
-        return 0.0
-    return max(0.0, (repo.now() - max(moments)).total_seconds())
-
-
-def _aware(t: Any) -> Any:
-    """SQLite hands back naive datetimes (UTC); PostgreSQL aware ones."""
-    from datetime import timezone
-
-    return t.replace(tzinfo=timezone.utc) if t is not None and t.tzinfo is None else t

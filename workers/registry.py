@@ -15,32 +15,16 @@ import platform
 import socket
 import subprocess
 import sys
-from contextlib import contextmanager
 from dataclasses import asdict
 from importlib import metadata
-from typing import Any, Iterator, Sequence
-
-from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
-from sqlalchemy.pool import NullPool
+from typing import Any, Sequence
 
 from settings import Settings
 from store import repo
-from store.db import normalize_url
+from store.db import unpooled_session
 from workers.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
-
-
-@contextmanager
-def unpooled_session(url: str) -> Iterator[Session]:
-    """A transaction on a connection of its own, closed afterwards (safe across fork)."""
-    engine = create_engine(normalize_url(url), poolclass=NullPool)
-    try:
-        with Session(engine) as session, session.begin():
-            yield session
-    finally:
-        engine.dispose()
 
 
 def probe_device(backend: str, in_subprocess: bool) -> dict[str, Any]:

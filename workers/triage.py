@@ -24,11 +24,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
-from sqlalchemy.orm import Session
 
 from settings import Settings, get_settings
 from store import clusters as stored
-from store.db import is_unreachable, session_scope
+from store.db import Session, is_unreachable, session_scope
 from store.models import Sweep
 from workers.publish import publish_background
 

@@ -13,7 +13,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Request, Response, status
-from sqlalchemy.orm import Session
+from store.db import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import UnsignedWrite
