@@ -15,9 +15,14 @@ One file an entry, `<dir>/<sha256 of the key>-<kind>.entry`:
   or none, and two processes writing one key leave one of their (equal) entries.
 - A file that is short, fails its digest or names another key is a miss (and is removed); a
   cache entry never decides a verdict the computation would not have.
-- The folder is kept under `max_bytes`: after a write, the least recently used entries (by
-  mtime; a hit touches its entry) are removed until it fits. An entry larger than
-  max_bytes / ENTRY_SHARE is not stored.
+- The folder is kept under `max_bytes`. Entries unused for IDLE_S (by mtime; a hit touches
+  its entry) go first, oldest first: other code's references, other sweeps' configs. Then the
+  largest go, and an entry larger than every one it would displace is not stored. Not least
+  recently used alone: a sweep runs its costliest configs first, so the second run of a
+  sweep larger than the bound would evict, config by config, the entries it is about to read
+  (the cache would hold the smallest configs of no use to it); by size, a repeated sweep keeps
+  hitting on every config that fits, the most configs a byte. An entry larger than
+  max_bytes / ENTRY_SHARE is never stored.
 - The split partials of the reference are stored without their trailing splits that no key
   reached (O = 0, LSE = -inf bit for bit): a config of 128 splits over a few blocks keeps one.
 
@@ -50,6 +55,7 @@ FORMAT = 1
 ALIGN = 64
 DIGEST = 32
 ENTRY_SHARE = 8          # an entry may take at most this share of the bound
+IDLE_S = 6 * 3600.0      # an entry unused this long is the first to go
 STALE_TMP_S = 3600.0     # a temporary file this old belongs to a writer that died
 _DTYPES = {np.dtype(t).name: np.dtype(t)
            for t in (np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.bool_, ml_dtypes.bfloat16)}
@@ -174,7 +180,7 @@ class DataCache:
             header, total = _layout(key, arrays, meta)
         except (KeyError, TypeError, ValueError):   # a dtype or value the format does not hold
             return
-        if total > self.max_entry_bytes:
+        if total > self.max_entry_bytes or not self._fits(total):
             self.stats.skipped_large += 1
             return
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".", suffix=".tmp")
@@ -193,13 +199,38 @@ class DataCache:
         self.stats.stored += 1
         self.evict()
 
+    def _fits(self, size: int) -> bool:
+        """Whether an entry of `size` bytes may go in: there is room, or there would be after
+        the idle entries and larger ones than it went."""
+        entries, held = self._scan()
+        if held + size <= self.max_bytes:
+            return True
+        now = time.time()
+        return any(now - mtime > IDLE_S or entry_size > size for mtime, entry_size, _ in entries)
+
     def evict(self) -> int:
-        """Remove the least recently used entries until the folder fits max_bytes; bytes kept."""
+        """Remove entries until the folder fits max_bytes (idle ones oldest first, then the
+        largest); the bytes kept."""
+        entries, total = self._scan()
+        if total <= self.max_bytes:
+            return total
+        now = time.time()
+        idle = sorted(e for e in entries if now - e[0] > IDLE_S)
+        used = sorted((e for e in entries if now - e[0] <= IDLE_S), key=lambda e: -e[1])
+        for _mtime, size, path in idle + used:
+            if total <= self.max_bytes:
+                break
+            _unlink(Path(path))
+            total -= size
+        return total
+
+    def _scan(self) -> tuple[list[tuple[float, int, str]], int]:
+        """(mtime, size, path) of every entry and their total; stale temporary files removed."""
         entries, total, now = [], 0, time.time()
         try:
             scan = list(os.scandir(self.folder))
         except OSError:
-            return 0
+            return [], 0
         for item in scan:
             try:
                 st = item.stat()
@@ -210,13 +241,7 @@ class DataCache:
                 total += st.st_size
             elif item.name.endswith(".tmp") and now - st.st_mtime > STALE_TMP_S:
                 _unlink(Path(item.path))
-        entries.sort()
-        for _mtime, size, path in entries:
-            if total <= self.max_bytes:
-                break
-            _unlink(Path(path))
-            total -= size
-        return total
+        return entries, total
 
 
 def _key(config: AttentionConfig, kind: str, block_n: int | None = None) -> dict[str, Any]:

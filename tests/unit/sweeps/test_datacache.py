@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -126,27 +127,42 @@ def _inputs_key(c):
     return _key(c, "inputs")
 
 
-def test_the_folder_keeps_its_bound_and_the_least_recently_used_go_first(tmp_path):
+def test_the_folder_keeps_its_bound_idle_entries_go_first_then_the_largest(tmp_path):
     configs = sampled(30, seed=5)
     sizes = {}
     probe = DataCache(tmp_path / "probe", 1 << 30)
     for c in configs:
         probe.inputs(c)
         sizes[c.content_hash()] = probe.path(_inputs_key(c)).stat().st_size
+    size = lambda c: sizes[c.content_hash()]  # noqa: E731
     bound = sum(sizes.values()) // 3
-    cache = DataCache(tmp_path / "bounded", bound, max_entry_bytes=bound)
-    first = configs[0]
-    for i, c in enumerate(configs):
+    folder = tmp_path / "bounded"
+    cache = DataCache(folder, bound, max_entry_bytes=bound)
+    for c in configs:
         cache.inputs(c)
-        if i % 3 == 0:
-            cache.inputs(first)   # used again: kept
-        held = sum(p.stat().st_size for p in (tmp_path / "bounded").glob("*.entry"))
-        assert held <= bound
-    assert cache.inputs(first)[1]
-    assert not cache.inputs(configs[1])[1]   # used once, long ago: evicted
+        assert sum(p.stat().st_size for p in folder.glob("*.entry")) <= bound
+    kept = [c for c in configs if cache.path(_inputs_key(c)).exists()]
+    gone = [c for c in configs if c not in kept]
+    # The most configs a byte: every entry kept is smaller than every one that went.
+    assert kept and gone and max(map(size, kept)) <= min(map(size, gone))
+    # A second run of the same configs in the same order keeps hitting on every one it kept.
+    hits_before = cache.stats.hits
+    for c in configs:
+        cache.inputs(c)
+    assert cache.stats.hits - hits_before == len(kept)
+    # An entry unused for longer than IDLE_S goes before any larger one in use.
+    from sweeps import datacache
+
+    idle = max(kept, key=size)
+    old = time.time() - datacache.IDLE_S - 60
+    os.utime(cache.path(_inputs_key(idle)), (old, old))
+    newcomer = min(gone, key=size)
+    cache.inputs(newcomer)
+    assert not cache.path(_inputs_key(idle)).exists()
+    assert cache.path(_inputs_key(newcomer)).exists() or size(newcomer) > size(idle)
     # An entry over an eighth of the bound is not stored at all.
     small = DataCache(tmp_path / "small", max(sizes.values()) * 4)
-    big = max(configs, key=lambda c: sizes[c.content_hash()])
+    big = max(configs, key=size)
     small.inputs(big)
     assert small.stats.skipped_large == 1 and not list((tmp_path / "small").glob("*.entry"))
 
