@@ -36,7 +36,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -56,6 +55,9 @@ ALIGN = 64
 DIGEST = 32
 ENTRY_SHARE = 8          # an entry may take at most this share of the bound
 IDLE_S = 6 * 3600.0      # an entry unused this long is the first to go
+# A process counts the folder's bytes by a scan at most this often, adding what it wrote since:
+# a scan stats every entry (a few thousand for a sweep), too slow to repeat for every write.
+SCAN_S = 2.0
 STALE_TMP_S = 3600.0     # a temporary file this old belongs to a writer that died
 _DTYPES = {np.dtype(t).name: np.dtype(t)
            for t in (np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.bool_, ml_dtypes.bfloat16)}
@@ -97,7 +99,12 @@ class DataCache:
     max_bytes: int
     #: the largest entry stored; None: max_bytes / ENTRY_SHARE
     max_entry_bytes: int | None = None
+    #: how stale this process's count of the folder may be (other processes' writes and touches)
+    scan_s: float = SCAN_S
     stats: CacheStats = field(default_factory=CacheStats)
+    # (when scanned, entries, bytes): the last scan with this process's writes and removals since
+    _snap: tuple[float, list[tuple[float, int, str]], int] | None = field(default=None, repr=False)
+    _written: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         self.folder = Path(self.folder).expanduser()
@@ -183,9 +190,10 @@ class DataCache:
         if total > self.max_entry_bytes or not self._fits(total):
             self.stats.skipped_large += 1
             return
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".", suffix=".tmp")
+        self._written += 1
+        tmp = str(self.folder / f".{os.getpid()}-{self._written}-{os.urandom(4).hex()}.tmp")
         try:
-            with os.fdopen(fd, "wb") as f:
+            with open(tmp, "xb") as f:
                 digest = hashlib.sha256()
                 for chunk in _chunks(header, arrays):
                     digest.update(chunk)
@@ -197,12 +205,16 @@ class DataCache:
             _unlink(Path(tmp))
             return
         self.stats.stored += 1
-        self.evict()
+        entries, held = self._entries()
+        entries.append((time.time(), total, str(self.path(key))))
+        self._snap = (self._snap[0], entries, held + total)
+        if held + total > self.max_bytes:
+            self.evict()
 
     def _fits(self, size: int) -> bool:
         """Whether an entry of `size` bytes may go in: there is room, or there would be after
         the idle entries and larger ones than it went."""
-        entries, held = self._scan()
+        entries, held = self._entries()
         if held + size <= self.max_bytes:
             return True
         now = time.time()
@@ -211,22 +223,33 @@ class DataCache:
     def evict(self) -> int:
         """Remove entries until the folder fits max_bytes (idle ones oldest first, then the
         largest); the bytes kept."""
-        entries, total = self._scan()
+        entries, total = self._entries(fresh=True)
         if total <= self.max_bytes:
             return total
         now = time.time()
         idle = sorted(e for e in entries if now - e[0] > IDLE_S)
         used = sorted((e for e in entries if now - e[0] <= IDLE_S), key=lambda e: -e[1])
+        gone = set()
         for _mtime, size, path in idle + used:
             if total <= self.max_bytes:
                 break
             _unlink(Path(path))
+            gone.add(path)
             total -= size
+        self._snap = (self._snap[0], [e for e in entries if e[2] not in gone], total)
         return total
 
-    def _scan(self) -> tuple[list[tuple[float, int, str]], int]:
+    def _entries(self, fresh: bool = False) -> tuple[list[tuple[float, int, str]], int]:
+        """(mtime, size, path) of every entry and their total: a scan of the folder, or the last
+        scan's (younger than SCAN_S) with what this process wrote and removed since."""
+        now = time.time()
+        if fresh or self._snap is None or now - self._snap[0] > self.scan_s:
+            self._snap = (now, *self._scan(now))
+        return list(self._snap[1]), self._snap[2]
+
+    def _scan(self, now: float) -> tuple[list[tuple[float, int, str]], int]:
         """(mtime, size, path) of every entry and their total; stale temporary files removed."""
-        entries, total, now = [], 0, time.time()
+        entries, total = [], 0
         try:
             scan = list(os.scandir(self.folder))
         except OSError:
