@@ -14,13 +14,18 @@ result row per config in the database):
 3. with --baseline-env VAR=VALUE: the warm sweep with those variables set (what a change
    replaced, switched by a variable its code reads), then the warm sweep
    once more, and the ratios of the two warm runs' mean to the baseline;
-4. with --confined: the warm sweep once more with the shipped kernels/src as a source bundle
+4. with --repeat: the warm sweep's configs once more, as CI sweeps a commit after the last
+   one: their inputs and references come from the data cache (sweeps/datacache.py) the first
+   run filled (a fresh folder unless --data-cache names one; --no-data-cache turns it off);
+5. with --confined: the warm sweep once more with the shipped kernels/src as a source bundle
    (plus a comment, so it is not the shipped source): every config's kernel is compiled and run
    in a confined process (isolation/, docs/security.md), as a CI sweep of a fetched commit's
    are; then the ratio of its throughput and of each phase to the warm run's: the cost of the
    confinement.
 
-For each it prints configs/s, and where the worker time goes: compile, inputs, run (the
+For each it prints configs/s, the device's busy share (the kernels' event seconds summed over
+the processes, over the wall time: the share of the sweep one GPU spends running kernels;
+on cpu the emulation's seconds), the data cache's hits, and where the worker time goes: compile, inputs, run (the
 backend's launch call: transfers + kernel; on cpu the emulation), of it the kernel's event
 time and the transfers, reference, verify, store (the main process's database write), and the
 rest of run_config. Then the cost by config size (quartiles of the reference's flops), which
@@ -191,6 +196,11 @@ def summarize(results: list[ConfigResult], wall: float, jobs: int, sweep_id: int
         # Σ worker time / (wall x jobs): below 1 the pool waited (start-up, the tail, the store).
         "worker_s": worker_s,
         "worker_utilisation": worker_s / (wall * jobs) if wall > 0 else 0.0,
+        # The kernels' event time over the wall time: one device shared by every process.
+        "device_busy": total("run_s") / wall if wall > 0 else 0.0,
+        "kernel_over_worker": total("run_s") / worker_s if worker_s > 0 else 0.0,
+        "data_cache": {"inputs_hits": int(total("inputs_cached")), "reference_hits": int(total("reference_cached")),
+                       "ran": sum(1 for r in results if "reference_s" in r.timings)},
         "outcomes": outcomes,
         "phases_s": phases,
         "phases_share": {k: (v / busy_s if busy_s else 0.0) for k, v in phases.items()},
@@ -276,6 +286,11 @@ def print_run(name: str, summary: dict) -> None:
     print(f"\n{name}: {summary['configs']} configs in {summary['wall_s']:.1f} s = "
           f"{summary['configs_per_s']:.1f} configs/s ({summary['jobs']} jobs, worker utilisation "
           f"{summary['worker_utilisation']:.0%}); outcomes {summary['outcomes']}")
+    hits = summary.get("data_cache")
+    print(f"  device busy {summary['device_busy']:.1%} of the wall time (kernel events / wall); kernel "
+          f"{summary['kernel_over_worker']:.2%} of worker time"
+          + (f"; data cache hits: inputs {hits['inputs_hits']}, references {hits['reference_hits']} of "
+             f"{hits['ran']} configs run" if hits else ""))
     idle = summary.get("pool_idle")
     if idle:
         print(f"  pool idle, process-seconds: {idle['start_s']:.1f} starting ({idle['processes']} processes ready "
@@ -341,6 +356,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--confined", action="store_true",
                         help="also run the warm sweep with every kernel confined, as a fetched commit's, and print "
                              "the ratio to the warm run: the confinement's cost")
+    parser.add_argument("--repeat", action="store_true",
+                        help="run the warm sweep's configs a second time and report its configs/s: a repeated "
+                             "sweep, its inputs and references from the data cache the first run filled")
+    parser.add_argument("--data-cache", type=Path,
+                        help="data cache folder (sweeps/datacache.py; default: a fresh temp folder)")
+    parser.add_argument("--data-cache-bytes", type=int, help="the data cache's bound (default: the setting's)")
+    parser.add_argument("--no-data-cache", action="store_true",
+                        help="every config draws its inputs and computes its reference (ATTNSWEEP_DATA_CACHE_DISABLE=1)")
     parser.add_argument("--out", type=Path, default=Path("sweep-bench.json"))
     args = parser.parse_args(argv)
     baseline_env = dict(args.baseline_env)
@@ -349,6 +372,11 @@ def main(argv: list[str] | None = None) -> dict:
     db_url = args.db or f"sqlite:///{tmp.name}/bench.db"
     if args.cache_dir or "ATTNSWEEP_KERNEL_CACHE" not in os.environ:
         os.environ["ATTNSWEEP_KERNEL_CACHE"] = args.cache_dir or f"{tmp.name}/kernels"
+    os.environ["ATTNSWEEP_DATA_CACHE"] = str(args.data_cache or f"{tmp.name}/data")
+    if args.data_cache_bytes is not None:
+        os.environ["ATTNSWEEP_DATA_CACHE_BYTES"] = str(args.data_cache_bytes)
+    if args.no_data_cache:
+        os.environ["ATTNSWEEP_DATA_CACHE_DISABLE"] = "1"
     cap_blas_threads()
     if args.jobs > 1:
         start_pool_server()  # as `attnsweep run` does before it plans the sweep
@@ -362,18 +390,29 @@ def main(argv: list[str] | None = None) -> dict:
 
     summary: dict = {"backend": info.backend, "device": info.device, "samples": args.samples,
                      "seed": args.seed, "jobs": args.jobs, "target_configs_per_s": 50}
+    def fresh(name: str, env: dict[str, str] | None = None) -> dict[str, str]:
+        # Every run but the repeat starts with an empty data cache of its own, as a sweep of new
+        # configs does: A-B-A comparisons and the cold run measure the same work as the first run.
+        return {**(env or {}), **({} if args.data_cache else {"ATTNSWEEP_DATA_CACHE": f"{tmp.name}/data-{name}"})}
+
     summary["warm"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, {}, warm_first=True)
     print_run("warm compile cache", summary["warm"])
+    if args.repeat:
+        summary["repeat"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, {}, warm_first=False)
+        print_run("repeated: the same configs again (data cache filled by the run above)", summary["repeat"])
+        rate = summary["warm"]["configs_per_s"]
+        print(f"\nrepeated sweep: {summary['repeat']['configs_per_s']:.1f} configs/s, "
+              f"{summary['repeat']['configs_per_s'] / rate if rate else 0.0:.2f}x the first run's {rate:.1f}")
     if baseline_env:
         label = " ".join(f"{k}={v}" for k, v in baseline_env.items())
         summary["baseline_env"] = baseline_env
-        summary["baseline"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, baseline_env,
+        summary["baseline"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, fresh("baseline", baseline_env),
                                        warm_first=False)
         print_run(f"warm compile cache, baseline {label}", summary["baseline"])
         # Then the change again: the host drifts between runs (the same sweep's worker time
         # has varied by 15% from one machine to the next), so the baseline is compared with
         # the mean of the runs before and after it.
-        summary["warm_again"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, {},
+        summary["warm_again"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, fresh("again"),
                                          warm_first=False)
         print_run("warm compile cache, again", summary["warm_again"])
         summary["ab"] = ab = compare_runs([summary["warm"], summary["warm_again"]], summary["baseline"])
@@ -381,7 +420,8 @@ def main(argv: list[str] | None = None) -> dict:
               f"worker seconds per config {ab['worker_s']:.3f} vs {ab['baseline_worker_s']:.3f}; by phase "
               + ", ".join(f"{p} {r:.2f}x" for p, r in ab["phase_speedup"].items()))
     if args.confined:
-        summary["confined"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, {}, warm_first=True,
+        summary["confined"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, fresh("confined"),
+                                       warm_first=True,
                                        source=unshipped_copy())
         print_run("warm compile cache, every kernel confined", summary["confined"])
         summary["confined_ab"] = ab = compare_runs([summary["confined"]], summary["warm"])
@@ -390,7 +430,7 @@ def main(argv: list[str] | None = None) -> dict:
               + ", ".join(f"{p} {r:.2f}x" for p, r in ab["phase_speedup"].items()))
     if not args.skip_cold:
         summary["cold"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory,
-                                   {"ATTNSWEEP_KERNEL_CACHE_DISABLE": "1"}, warm_first=False)
+                                   fresh("cold", {"ATTNSWEEP_KERNEL_CACHE_DISABLE": "1"}), warm_first=False)
         print_run("compile cache disabled", summary["cold"])
         cold_rate = summary["cold"]["configs_per_s"]
         summary["warm_over_cold"] = summary["warm"]["configs_per_s"] / cold_rate if cold_rate else None

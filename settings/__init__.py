@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     # prepare compiles and nothing is stored (bench/sweep.py's cold run measures compile times).
     kernel_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "kernels")
     kernel_cache_disable: bool = False
+    # The cache of inputs and host references (sweeps/datacache.py): its folder, shared by the
+    # worker processes of a host, the bytes it may hold (least recently used entries go first),
+    # and whether it is off (every config draws its inputs and computes its reference).
+    data_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "data")
+    data_cache_bytes: int = Field(default=16 << 30, ge=1 << 20)
+    data_cache_disable: bool = False
     # The CUDA backend's tensor-core (mma) path on devices that have it (sm_80+); false runs the
     # portable kernels only, as a GPU without tensor cores would.
     mma: bool = True

@@ -30,6 +30,7 @@ from kernels.backends.base import (
 )
 from reference import attention_lowprec, attention_splitkv, make_inputs, verify_outputs
 from reference.facts import numeric_facts
+from sweeps.datacache import DataCache
 from sweeps.policy import evaluate_with_gates, gates_for
 from sweeps.result import ConfigResult, new_result
 
@@ -42,10 +43,12 @@ def _timed_run(backend: Backend, prepared: Prepared, config: AttentionConfig,
 
 
 def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] | None = None,
-               drawn: tuple[Mapping[str, Any], float] | None = None) -> ConfigResult:
+               drawn: tuple[Mapping[str, Any], float] | None = None, data: DataCache | None = None) -> ConfigResult:
     """Run and judge one config. `gates` defaults to the sweep policy (sweeps.policy.gates_for).
     `drawn`: its make_inputs(config) and the seconds they took, drawn by the caller (while its
-    backend loaded); they count in inputs_s and total_s."""
+    backend loaded); they count in inputs_s and total_s. `data`: the host's cache of inputs and
+    references (sweeps/datacache.py), which returns the bytes the computation would; None: computed
+    here. Timings inputs_cached and reference_cached (1.0 or 0.0) say what came from it."""
     gates = gates if gates is not None else gates_for(config)
     drawn_s = drawn[1] if drawn is not None else 0.0
     info = backend.device_info()
@@ -61,7 +64,13 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         result.kernel_version = result.kernel_version or (prepared.source_hash or "")[:12]
 
         t0 = time.perf_counter()
-        inputs = make_inputs(config) if drawn is None else drawn[0]
+        if drawn is not None:
+            inputs = drawn[0]
+        elif data is not None:
+            inputs, hit = data.inputs(config)
+            timings["inputs_cached"] = float(hit)
+        else:
+            inputs = make_inputs(config)
         timings["inputs_s"] = time.perf_counter() - t0 + drawn_s
 
         # run_wall_s: not stored (config_runs has no column for it), reported by bench/sweep.py:
@@ -69,10 +78,14 @@ def run_config(config: AttentionConfig, backend: Backend, gates: dict[str, Any] 
         out, timings["run_wall_s"] = _timed_run(backend, prepared, config, inputs)
 
         t0 = time.perf_counter()
-        # magnitude: the |V| row scales of the row gates, from the reference's own pass.
-        ref = attention_splitkv(config, inputs, block_n=prepared.block_n, magnitude=True)
-        # Only err_ratio reads it, widened: float32 holds its values without numpy's float16 cast.
-        low = attention_lowprec(config, inputs, as_float32=True)
+        if data is not None:   # the same two computations as below, or their stored bytes
+            ref, low, hit = data.reference(config, inputs, prepared.block_n)
+            timings["reference_cached"] = float(hit)
+        else:
+            # magnitude: the |V| row scales of the row gates, from the reference's own pass.
+            ref = attention_splitkv(config, inputs, block_n=prepared.block_n, magnitude=True)
+            # Only err_ratio reads it, widened: float32 holds its values without numpy's float16 cast.
+            low = attention_lowprec(config, inputs, as_float32=True)
         timings["reference_s"] = time.perf_counter() - t0
 
         timings["run_s"] = out.run_s

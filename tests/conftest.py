@@ -7,6 +7,8 @@ and whether each answers; a test whose service is down fails at once with that r
 without them never passes."""
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -28,6 +30,13 @@ NEEDS = {
     or getattr(getattr(item, "callspec", None), "params", {}).get("db_url") == "postgresql",
     "Redis": lambda item: "service" in item.fixturenames,
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The workers' cache of inputs and references (sweeps/datacache.py) in a folder of this run,
+    # not the user's: the processes and services a test starts inherit it.
+    if "ATTNSWEEP_DATA_CACHE" not in os.environ:
+        os.environ["ATTNSWEEP_DATA_CACHE"] = tempfile.mkdtemp(prefix="attnsweep-test-data-")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

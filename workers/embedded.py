@@ -49,6 +49,7 @@ from store import repo
 from store.bundles import load_bundle
 from store.db import session_scope
 from store.kernels import note_kernel, sweep_kernel
+from sweeps.datacache import DataCache
 from sweeps.filters import host_cost
 from sweeps.policy import gates_for
 from sweeps.result import ConfigResult, unrun_result
@@ -120,9 +121,11 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
         handed.append(True)
         return loading.result()
 
+    data = DataCache.from_settings()
     executor = ConfigExecutor(spec.backend_name, spec.defects, limits=spec.limits, backend_factory=backend,
                               sanitize=spec.sanitize[0] if spec.sanitize else None,
-                              sanitize_hashes=spec.sanitize[1] if spec.sanitize else frozenset(), kernel=spec.kernel)
+                              sanitize_hashes=spec.sanitize[1] if spec.sanitize else frozenset(), kernel=spec.kernel,
+                              data=data)
     lock = threading.Lock()
     sent: set[int] = set()
 
@@ -139,10 +142,10 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
         index, config_json = message
         began = time.time()
         config = parse_config(config_json)
-        drawn = None
+        drawn, drawn_hit = None, None
         if not loading.done():   # numpy's generator and the driver's calls run outside the GIL
             t0 = time.perf_counter()
-            inputs = make_inputs(config)
+            inputs, drawn_hit = data.inputs(config) if data is not None else (make_inputs(config), None)
             drawn = (inputs, time.perf_counter() - t0)
         try:
             loading.result()
@@ -156,6 +159,8 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
 
         result = executor.run(config, gates_for(config), hard_timeout, drawn=drawn)
         drawn = None   # freed before the memory below is read
+        if drawn_hit is not None:
+            result.timings["inputs_cached"] = float(drawn_hit)
         # Not stored: epoch times that line up the pool's processes (bench/sweep.py shows where a
         # pool idles), and the process's memory: its peak, and what stays resident between configs.
         result.timings.update(pid=float(os.getpid()), ready_at=ready_at[0], began_at=began, **_memory_mb())

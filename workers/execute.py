@@ -38,6 +38,7 @@ from kernels.source import KernelSource
 from store import repo
 from store.db import is_unreachable, session_scope
 from store.kernels import note_kernel, sweep_kernel
+from sweeps.datacache import DataCache
 from sweeps.policy import gates_for
 from sweeps.result import ConfigResult, at_commit, unrun_result
 from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
@@ -156,7 +157,8 @@ def execute_batch(
     source = BUNDLES.get(url, source_hash) if source_hash and pending else None
     executor = ConfigExecutor(backend_name, defects, Limits.of(settings), source,
                               sanitize=sanitize[0] if sanitize else None,
-                              sanitize_hashes=sanitize[1] if sanitize else frozenset(), kernel=kernel)
+                              sanitize_hashes=sanitize[1] if sanitize else frozenset(), kernel=kernel,
+                              data=DataCache.from_settings(settings))
     store = Store(settings, sweep_id, worker, celery, commit)
     for config_hash, config_json in items:
         if config_hash not in pending:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from attnconfig import AttentionConfig
 from kernels.backends.base import Backend, BackendUnavailable
 from kernels.source import KernelSource
+from sweeps.datacache import DataCache
 from sweeps.result import ConfigResult, unrun_result
 from sweeps.runner import run_config
 from workers.sanitize import run_sanitized
@@ -113,6 +114,8 @@ class ConfigExecutor:
     backend_factory: Callable[[], Backend] | None = None
     #: the kernel under test (kernels/plugins): the project's own, or a plug-in's spec
     kernel: str = "attnsweep"
+    #: the host's cache of inputs and references (sweeps/datacache.py); None: every config computes them
+    data: DataCache | None = None
 
     def backend(self) -> Backend:
         return self.backends.get(self.backend_name, self.defects, self.source, self.backend_factory, self.kernel)
@@ -147,7 +150,7 @@ class ConfigExecutor:
 
         try:
             with time_limit(self.limits.config_s, self.limits.grace_s, hard_timeout):
-                result = run_config(config, backend, gates, drawn=drawn)
+                result = run_config(config, backend, gates, drawn=drawn, data=self.data)
         except ConfigTimeLimitExceeded as exc:
             self.backends.drop(self.backend_name, self.defects, self.source, self.kernel)
             # The notes say where the limit stopped it, where the backend knows (the cpu

@@ -62,3 +62,19 @@ def test_a_baseline_env_without_a_value_is_refused(tmp_path):
     run = _bench(tmp_path, "--baseline-env", "ATTNSWEEP_BENCH_PROBE")
     assert run.returncode == 2
     assert "--baseline-env: 'ATTNSWEEP_BENCH_PROBE' is not VAR=VALUE" in run.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_repeated_sweep_reads_the_data_cache_and_reports_the_device_share(tmp_path):
+    out = tmp_path / "r.json"
+    run = _bench(tmp_path, "--samples", "4", "--skip-cold", "--repeat", "--ranges", '{"seq_len_k": [1, 256]}',
+                 "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads(out.read_text())
+    first, again = summary["warm"], summary["repeat"]
+    assert first["outcomes"] == again["outcomes"] and again["configs"] == 4
+    ran = again["data_cache"]["ran"]
+    assert ran > 0 and first["data_cache"]["reference_hits"] == 0
+    assert again["data_cache"]["reference_hits"] == again["data_cache"]["inputs_hits"] == ran
+    assert 0 < again["device_busy"] and 0 < first["kernel_over_worker"] < 1
+    assert "repeated sweep:" in run.stdout and "device busy" in run.stdout

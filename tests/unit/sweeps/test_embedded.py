@@ -1,6 +1,8 @@
 """The embedded sweep path: the phase times each result carries (what bench/sweep.py reports)
 and the order a pool takes configs in."""
 
+import json
+
 import pytest
 
 from store import repo
@@ -94,3 +96,32 @@ def test_results_that_arrive_while_the_store_is_busy_are_written_together():
     assert max(len(b) for b in [first, *rest]) > 1
     got = [r.config.seq_len_k for batch in [first, *rest] for r, _worker in batch]
     assert sorted(got) == [16 + i for i in range(24)]  # each config once
+
+
+def test_a_repeated_sweep_takes_its_inputs_and_references_from_the_cache_and_judges_alike(sqlite_url, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("ATTNSWEEP_DATA_CACHE", str(tmp_path / "data"))
+    upgrade(sqlite_url)
+    spec = SweepSpec(samples=12, seed=21, backend="cpu", ranges={"seq_len_k": [1, 512], "seq_len_q": [1, 16], "g": [1, 4]})
+    runs = []
+    for _ in range(2):
+        with session_scope(sqlite_url) as s:
+            sweep_id = repo.store_plan(s, plan_sweep(spec, device_total_memory=None, device=None)).id
+        got = []
+        execute_sweep(sqlite_url, sweep_id, "cpu", jobs=2, on_result=got.append)
+        runs.append({r.config_hash: r for r in got})
+    first, second = runs
+    assert first.keys() == second.keys() and len(first) == 12
+    ran = [h for h, r in first.items() if r.outcome != "not_applicable"]
+    assert ran
+    for h, r in first.items():
+        again = second[h]
+        assert (again.outcome, again.failed_gate, again.detail) == (r.outcome, r.failed_gate, r.detail)
+        untimed = [json.dumps(x.to_row() | {k: None for k in TIMED}, sort_keys=True, default=str) for x in (r, again)]
+        assert untimed[0] == untimed[1]   # every metric bit for bit (NaN where NaN)
+    assert all(first[h].timings["reference_cached"] == 0.0 for h in ran)
+    assert all(second[h].timings["reference_cached"] == 1.0 and second[h].timings["inputs_cached"] == 1.0 for h in ran)
+    assert list((tmp_path / "data").glob("*-reference.entry"))
+
+
+TIMED = ("compile_s", "inputs_s", "run_s", "reference_s", "verify_s", "total_s")
