@@ -95,6 +95,7 @@ class Confinement:
     read_only: tuple[str, ...] = ()       # host paths bound read-only at the same place
     writable: tuple[str, ...] = ()        # host folders bound read-write at the same place
     env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = "/tmp"                     # where the program starts (a bound folder, or the private /tmp)
 
     @classmethod
     def of(cls, settings: Settings, **fields) -> "Confinement":  # noqa: ANN003
@@ -139,7 +140,7 @@ class Confinement:
         if self.gpu:
             for node in _gpu_nodes():
                 args.extend(["--dev-bind", node, node])
-        args.extend(["--chdir", "/tmp", "--clearenv"])
+        args.extend(["--chdir", self.cwd, "--clearenv"])
         for key, value in {**BASE_ENV, **self.env}.items():
             args.extend(["--setenv", key, value])
         if setpriv:

@@ -1,4 +1,5 @@
-"""Read kernels/src at a commit of the kernel repository (ATTNSWEEP_KERNEL_REPO).
+"""Read kernels/src at a commit of the kernel repository (ATTNSWEEP_KERNEL_REPO), or its
+attnsweep.toml and whole tree (kernelsrc/build.py builds it).
 
 A local path (a working tree or a bare repository) is read in place. A URL is mirrored into a
 bare repository under ATTNSWEEP_KERNEL_REPO_CACHE: the commit is fetched by its id (GitHub and
@@ -12,14 +13,17 @@ import hashlib
 import os
 import re
 import subprocess
+import tarfile
 from pathlib import Path
 
 from filelock import FileLock
 
 from kernels.source import ENTRY_FILE, KernelSource
+from kernelsrc.manifest import FILE_NAME as MANIFEST, MAX_BYTES as MAX_MANIFEST_BYTES, Manifest, parse_manifest
 
 KERNEL_DIR = "kernels/src"
 MAX_BUNDLE_BYTES = 8 << 20  # kernels/src is tens of kB; anything near this is not a kernel source
+MAX_TREE_BYTES = 256 << 20  # a whole tree exported to be built (attnsweep.toml)
 COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
@@ -78,13 +82,71 @@ def _repository(repo: str, cache_dir: Path, commit: str) -> Path:
     return _mirror(repo, cache_dir, commit)
 
 
-def read_kernels(repo: str, commit: str, cache_dir: Path) -> KernelSource:
-    """kernels/src at `commit` (a full 40- or 64-digit commit id) of `repo` as a KernelSource."""
+def _at_commit(repo: str, commit: str, cache_dir: Path) -> Path:
+    """The git folder holding `commit` of `repo` (fetched when a mirror lacks it)."""
     if not COMMIT_RE.match(commit):
         raise KernelRepoError(f"{commit!r} is not a full commit id (40 or 64 lower-case hex digits)", missing=True)
     git_dir = _repository(repo, cache_dir, commit)
     if not _has_commit(git_dir, commit):
         raise KernelRepoError(f"commit {commit} is not in the kernel repository {repo}", missing=True)
+    return git_dir
+
+
+def read_manifest(repo: str, commit: str, cache_dir: Path) -> Manifest | None:
+    """attnsweep.toml at the root of `commit`, parsed; None when the commit has none (the
+    project's own layout, kernels/src). Raises KernelRepoError, ManifestError."""
+    git_dir = _at_commit(repo, commit, cache_dir)
+    listing = _git(["ls-tree", "-l", "-z", commit, "--", MANIFEST], cwd=git_dir)
+    if listing.returncode:
+        raise KernelRepoError(f"listing {MANIFEST} at {commit} failed: {listing.stderr.decode(errors='replace').strip()}")
+    entry = listing.stdout.split(b"\0")[0]
+    if not entry:
+        return None
+    mode, kind, blob, size = entry.split(b"\t", 1)[0].decode().split()
+    if kind != "blob" or mode not in ("100644", "100755"):
+        raise KernelRepoError(f"{MANIFEST} at {commit} is not a regular file", missing=True)
+    if int(size) > MAX_MANIFEST_BYTES:
+        raise KernelRepoError(f"{MANIFEST} at {commit} is larger than {MAX_MANIFEST_BYTES} bytes", missing=True)
+    content = _git(["cat-file", "blob", blob], cwd=git_dir)
+    if content.returncode:
+        raise KernelRepoError(f"reading {MANIFEST} at {commit} failed")
+    return parse_manifest(content.stdout)
+
+
+def export_tree(repo: str, commit: str, cache_dir: Path, dest: Path, max_bytes: int = MAX_TREE_BYTES) -> None:
+    """The whole tree of `commit` written into `dest` (an empty folder), as `git archive` gives
+    it: no .git, no submodule, no hook run; links that leave the tree are refused."""
+    git_dir = _at_commit(repo, commit, cache_dir)
+    listing = _git(["ls-tree", "-r", "-l", "-z", "--full-tree", commit], cwd=git_dir)
+    if listing.returncode:
+        raise KernelRepoError(f"listing {commit} failed: {listing.stderr.decode(errors='replace').strip()}")
+    total = sum(int(fields[3]) for fields in (e.split(b"\t", 1)[0].split() for e in listing.stdout.split(b"\0") if e)
+                if fields[3] != b"-")
+    if total > max_bytes:
+        raise KernelRepoError(f"the tree at {commit} holds {total} bytes, more than the {max_bytes} a build may take",
+                              missing=True)
+    archive = dest.parent / (dest.name + ".tar")
+    try:
+        with open(archive, "wb") as out:
+            try:
+                done = subprocess.run(["git", "archive", "--format=tar", commit], cwd=git_dir, stdout=out,
+                                      stderr=subprocess.PIPE, timeout=600, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+            except subprocess.TimeoutExpired:
+                raise KernelRepoError(f"git archive of {commit} took longer than 600 s") from None
+        if done.returncode:
+            raise KernelRepoError(f"git archive of {commit} failed: {done.stderr.decode(errors='replace').strip()}")
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(dest, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise KernelRepoError(f"the tree at {commit} cannot be written out: {exc}", missing=True) from None
+    finally:
+        archive.unlink(missing_ok=True)
+
+
+def read_kernels(repo: str, commit: str, cache_dir: Path) -> KernelSource:
+    """kernels/src at `commit` (a full 40- or 64-digit commit id) of `repo` as a KernelSource."""
+    git_dir = _at_commit(repo, commit, cache_dir)
     listing = _git(["ls-tree", "-r", "-z", "--full-tree", commit, "--", KERNEL_DIR], cwd=git_dir)
     if listing.returncode:
         raise KernelRepoError(f"listing {KERNEL_DIR} at {commit} failed: {listing.stderr.decode(errors='replace').strip()}")

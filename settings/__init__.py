@@ -137,6 +137,9 @@ class Settings(BaseSettings):
     sandbox_processes: int = Field(default=4096, ge=8)
     # The size of its private /tmp (a tmpfs in memory).
     sandbox_tmp_bytes: int = Field(default=2 << 30, ge=16 << 20)
+    # Wall-clock seconds the build command of a repository's attnsweep.toml may take (confined,
+    # with the limits above); past it the build is killed and the commit counts as not built.
+    build_time_limit_s: int = Field(default=1800, ge=1)
 
     # --- service (API and workers) ---------------------------------------------------------
     # Seconds a new PostgreSQL connection may take before the request is answered 503 or the

@@ -68,10 +68,10 @@ def kernel_problems(kernel: str, defects: list[str]) -> list[tuple[str, str]]:
         spec = parse_kernel(kernel)
     except KernelSpecError as exc:
         return [("kernel", str(exc).removeprefix("kernel: "))]
-    if spec.kind in ("file", "so", "module"):
+    if spec.kind in ("file", "so", "module", "tree", "commit"):
         return [("kernel", f"{kernel!r}: the service sweeps the kernels installed with it (GET /kernels): attnsweep, "
                            "a shipped plug-in or an installed package's entry point; a path or module is for the "
-                           "command line")]
+                           "command line, a commit's attnsweep.toml for the CI webhook")]
     if defects and not spec.is_default:
         return [("defects", f"defect switches are compiled into attnsweep's own kernels; kernel {kernel} has none")]
     return []

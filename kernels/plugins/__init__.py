@@ -12,11 +12,12 @@ from __future__ import annotations
 from kernels.backends.base import Backend, BackendUnavailable
 from kernels.plugins.interface import KernelOutput, KernelPlugin, one_line
 from kernels.plugins.load import (DEFAULT_KERNEL, GROUP, SHIPPED, KernelSpec, KernelSpecError, confinement_paths,
-                                  discover, is_trusted, load_plugin, parse_kernel)
+                                  discover, is_trusted, load_plugin, parse_kernel, tree_spec)
 from kernels.source import KernelSource
 
 __all__ = ["DEFAULT_KERNEL", "GROUP", "SHIPPED", "KernelOutput", "KernelPlugin", "KernelSpec", "KernelSpecError",
-           "confinement_paths", "discover", "is_trusted", "kernel_backend", "load_plugin", "parse_kernel"]
+           "confinement_paths", "discover", "is_trusted", "kernel_backend", "load_plugin", "parse_kernel",
+           "tree_spec"]
 
 
 def kernel_backend(kernel: str = DEFAULT_KERNEL, backend: str = "auto",
@@ -46,4 +47,4 @@ def kernel_backend(kernel: str = DEFAULT_KERNEL, backend: str = "auto",
         raise
     except Exception as exc:  # noqa: BLE001 - an import that fails, a library that does not load
         raise BackendUnavailable(f"kernel {kernel}: {one_line(f'{type(exc).__name__}: {exc}')}") from None
-    return PluginBackend(plugin, spec.text)
+    return PluginBackend(plugin, spec.text, version=spec.version or None)

@@ -70,12 +70,14 @@ def _device_facts(plugin: Any, device: str) -> dict[str, Any]:
 
 
 class PluginBackend(Backend):
-    """The plug-in `plugin`, asked for as `spec` (`--kernel`), on its declared device."""
+    """The plug-in `plugin`, asked for as `spec` (`--kernel`), on its declared device; `version`
+    replaces the one it says (a built tree's commit)."""
 
-    def __init__(self, plugin: Any, spec: str):
+    def __init__(self, plugin: Any, spec: str, version: str | None = None):
         super().__init__(frozenset())
         self.plugin = plugin
         self.spec = spec
+        self.version = str(version if version is not None else plugin.version)[:64]
         self.name = str(getattr(plugin, "device", "cpu") or "cpu")
         self.waits_on_device = self.name != "cpu"
         self._info: DeviceInfo | None = None
@@ -84,7 +86,7 @@ class PluginBackend(Backend):
         if self._info is None:
             facts = _device_facts(self.plugin, self.name)
             self._info = DeviceInfo(**{**facts, "kernel_spec": self.spec, "kernel": str(self.plugin.name)[:200],
-                                       "kernel_version": str(self.plugin.version)[:64]})
+                                       "kernel_version": self.version})
         return self._info
 
     def device_count(self) -> int:
@@ -106,7 +108,7 @@ class PluginBackend(Backend):
             raise NotApplicable(*reason_parts(str(why)))
         block_n = getattr(self.plugin, "block_n", DEFAULT_BLOCK_N)
         return Prepared(variant=str(self.plugin.name)[:200], block_n=block_n if isinstance(block_n, int) and block_n > 0
-                        else DEFAULT_BLOCK_N, source_hash=str(self.plugin.version)[:64])
+                        else DEFAULT_BLOCK_N, source_hash=self.version)
 
     def run(self, prepared: Prepared, config: AttentionConfig, inputs: Mapping[str, Any]) -> RunOutput:
         t0 = time.perf_counter()

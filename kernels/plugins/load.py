@@ -8,7 +8,12 @@ A kernel is named one of five ways:
   its kernels appear in `attnsweep kernels`);
 - `module:attr` (an importable module) or `path/to/file.py:attr`;
 - `so:PATH`: a shared library exporting the C function of kernels/plugins/attnsweep_kernel.h,
-  loaded by the shipped C-ABI plug-in (c_abi.py).
+  loaded by the shipped C-ABI plug-in (c_abi.py);
+- `commit:SHA`: the plug-in the attnsweep.toml of that commit of ATTNSWEEP_KERNEL_REPO names
+  (the CI webhook's sweeps), which a worker builds (kernelsrc/build.py) and runs as
+- `tree:VERSION:ROOT|PLUGIN`: a built tree, ROOT, and its plug-in PLUGIN in one of the forms
+  above with paths relative to ROOT (ROOT is also the Python path of module:attr), stored
+  under VERSION (the commit) instead of the version the plug-in says.
 The attribute is a plug-in object (kernels/plugins/interface.py), a class, or a function that
 returns one.
 
@@ -41,6 +46,7 @@ SHIPPED: dict[str, tuple[str, str]] = {
 OWN_PACKAGES = frozenset({"kernels", "reference", "attnconfig", "sweeps", "settings", "isolation"})
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ATTR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 class KernelSpecError(ValueError):
@@ -51,10 +57,11 @@ class KernelSpecError(ValueError):
 class KernelSpec:
     """A parsed `--kernel`: its kind and, for paths, the absolute path (the form stored and sent)."""
 
-    kind: str          # attnsweep | shipped | entry_point | module | file | so
+    kind: str          # attnsweep | shipped | entry_point | module | file | so | commit | tree
     text: str          # the canonical spec: paths made absolute
-    target: str = ""   # module or file path
-    attr: str = ""
+    target: str = ""   # module or file path; a commit's id; a tree's root
+    attr: str = ""     # a tree's plug-in, relative to its root
+    version: str = ""  # a tree's version (its commit)
 
     @property
     def is_default(self) -> bool:
@@ -81,6 +88,18 @@ def parse_kernel(text: str, *, check: bool = True) -> KernelSpec:
         return KernelSpec("attnsweep", text)
     if text in SHIPPED:
         return KernelSpec("shipped", text, *SHIPPED[text])
+    if text.startswith("commit:"):
+        if not _COMMIT.match(text[7:]):
+            raise KernelSpecError("kernel: commit:SHA takes a full commit id (40 or 64 lower-case hex digits)")
+        return KernelSpec("commit", text, text[7:])
+    if text.startswith("tree:"):
+        version, _, rest = text[5:].partition(":")
+        root, sep, plugin = rest.rpartition("|")
+        if not version or not sep or not os.path.isabs(root) or not plugin:
+            raise KernelSpecError("kernel: tree:VERSION:ROOT|PLUGIN needs a version, an absolute root and a plug-in")
+        spec = KernelSpec("tree", text, os.path.normpath(root), plugin, version[:64])
+        _inner(spec, check)
+        return spec
     if text.startswith("so:"):
         path = os.path.abspath(os.path.expanduser(text[3:]))
         if check and not os.path.isfile(path):
@@ -101,6 +120,28 @@ def parse_kernel(text: str, *, check: bool = True) -> KernelSpec:
         raise KernelSpecError(f"kernel: {text!r} is no kernel here: name one of {', '.join(names)}, "
                               "or module:attr, path/file.py:attr, so:PATH")
     return KernelSpec("entry_point", text)
+
+
+def _inner(spec: KernelSpec, check: bool = True) -> KernelSpec:
+    """A tree's plug-in as its own spec: so:, path.py:attr made absolute under the root, or module:attr."""
+    plugin = spec.attr
+    if plugin.startswith("so:"):
+        plugin = "so:" + os.path.join(spec.target, plugin[3:])
+    else:
+        left, sep, attr = plugin.rpartition(":")
+        if sep and left.endswith(".py"):
+            plugin = f"{os.path.join(spec.target, left)}:{attr}"
+    inner = parse_kernel(plugin, check=check)
+    if inner.kind not in ("so", "file", "module") or not (inner.kind == "module" or
+                                                           inner.target.startswith(spec.target.rstrip("/") + "/")):
+        raise KernelSpecError(f"kernel: {spec.text!r}: the plug-in must be so:PATH, PATH.py:attr or module:attr "
+                              "inside its tree")
+    return inner
+
+
+def tree_spec(version: str, root: str, plugin: str) -> str:
+    """The spec of a built tree's plug-in (`tree:VERSION:ROOT|PLUGIN`)."""
+    return f"tree:{version}:{os.path.abspath(root)}|{plugin}"
 
 
 def _module_of(spec: KernelSpec) -> tuple[str, str]:
@@ -133,6 +174,8 @@ def confinement_paths(text: str) -> tuple[list[str], list[str]]:
     """(read-only binds, PYTHONPATH entries) a confined process needs to load the kernel: a
     file's folder, a library's folder, a module's package outside the interpreter's paths."""
     spec = parse_kernel(text, check=False)
+    if spec.kind == "tree":   # the whole built tree, and it as the Python path
+        return [spec.target], [spec.target]
     if spec.kind in ("file", "so"):
         return [os.path.dirname(spec.target)], ([os.path.dirname(spec.target)] if spec.kind == "file" else [])
     if spec.kind in ("module", "entry_point"):
@@ -169,6 +212,13 @@ def load_plugin(text: str, backend: str | None = None) -> Any:
     spec = parse_kernel(text)
     if spec.kind == "attnsweep":
         raise KernelSpecError("kernel: attnsweep is the project's own kernels, run through a backend (kernels.get_backend)")
+    if spec.kind == "commit":
+        raise KernelSpecError(f"kernel: {text}: a commit's kernel is built by a worker (kernelsrc/build.py) and "
+                              "loaded from its tree")
+    if spec.kind == "tree":
+        if spec.target not in sys.path:
+            sys.path.insert(0, spec.target)   # module:attr and the plug-in's imports of its tree
+        return load_plugin(_inner(spec).text, backend)
     if spec.kind == "so":
         from kernels.plugins.c_abi import CAbiKernel
 
