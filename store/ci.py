@@ -86,7 +86,7 @@ def delivered_sweep(session: Session, delivery_id: str, body_sha256: str | None 
 
 def store_ci_event(session: Session, sweep: Sweep, *, delivery_id: str, body_sha256: str | None, event: str,
                    repository: str, ref: str, commit_sha: str, base_ref: str | None, pr_number: int | None,
-                   source_hash: str) -> None:
+                   source_hash: str | None) -> None:
     """The CI columns of a sweep a webhook event started, and the delivery, in the caller's
     transaction (a second delivery of the event hits the delivery's unique keys)."""
     sweep.repository, sweep.ref, sweep.commit_sha, sweep.event = repository, ref, commit_sha, event

@@ -1,4 +1,7 @@
 """Start the sweep of a pushed commit: read its kernels/src, store the bundle, plan, enqueue first.
+A commit with attnsweep.toml at its root (docs/plugins.md, "CI for any kernel repository") stores
+no bundle: its sweep's kernel is `commit:SHA`, which the worker builds (kernelsrc/build.py) and
+sweeps as the plug-in the file names.
 
 One transaction holds the bundle (if new), the sweep, its configs with their outbox marks, the
 delivery id and the sha256 of the signed body, so a request refused on the way stores nothing,
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from celery import Celery
 from pydantic import ValidationError
 from ci.events import CiEvent
-from kernelsrc.git import read_kernels
+from kernelsrc.git import read_kernels, read_manifest
 from settings import Settings
 from store.bundles import save_bundle
 from store.ci import delivered_sweep, store_ci_event
@@ -70,14 +73,20 @@ def start_ci_sweep(session: Session, celery: Celery, settings: Settings, event: 
                    body_sha256: str | None = None) -> Started:
     """The sweep of `event`'s commit (a new one, or the one this delivery or body started before).
 
-    Raises kernelsrc.git.KernelRepoError when kernels/src cannot be read at the commit, CiSpecError
+    Raises kernelsrc.git.KernelRepoError when kernels/src cannot be read at the commit,
+    kernelsrc.manifest.ManifestError when its attnsweep.toml breaks a rule, CiSpecError
     when the CI settings make no valid request, submit.sweep.SubmitError when they sample too few configs
     (nothing stored in each case). A broker that does not take the configs leaves them to the
     reconciler."""
     replay = _replay(session, delivery_id, body_sha256)
     if replay is not None:
         return replay
-    source = read_kernels(settings.kernel_repo, event.commit_sha, settings.kernel_repo_cache)
+    spec = ci_spec(settings, event)
+    source = None
+    if read_manifest(settings.kernel_repo, event.commit_sha, settings.kernel_repo_cache) is None:
+        source = read_kernels(settings.kernel_repo, event.commit_sha, settings.kernel_repo_cache)
+    else:
+        spec = spec.model_copy(update={"kernel": f"commit:{event.commit_sha}"})
     request_extra = {"ci": {"event": event.event, "repository": event.repository, "ref": event.ref,
                             "commit_sha": event.commit_sha, "delivery": delivery_id}}
     if event.before is not None:
@@ -87,10 +96,10 @@ def start_ci_sweep(session: Session, celery: Celery, settings: Settings, event: 
     def also_store(s: Session, sweep: Sweep) -> None:
         store_ci_event(s, sweep, delivery_id=delivery_id, body_sha256=body_sha256, event=event.event,
                        repository=event.repository, ref=event.ref, commit_sha=event.commit_sha, base_ref=event.base_ref,
-                       pr_number=event.pr_number, source_hash=save_bundle(s, source))
+                       pr_number=event.pr_number, source_hash=save_bundle(s, source) if source is not None else None)
 
     try:
-        done = submit_sweep(session, celery, settings, ci_spec(settings, event), extra_request=request_extra,
+        done = submit_sweep(session, celery, settings, spec, extra_request=request_extra,
                             also_store=also_store, submitted_by="webhook")
     except IntegrityError:
         # Two deliveries of one event raced: the first one's commit won; answer with its sweep.

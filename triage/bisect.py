@@ -10,6 +10,11 @@ only compiling backends can tell, the `cpu` emulation compiles nothing). A skipp
 stepped around as `git bisect skip` does: the untested commit nearest the midpoint is tried
 instead. Both ends are checked first: a `good` that fails or a `bad` that passes is an error.
 
+A commit with attnsweep.toml at its root (docs/plugins.md, "CI for any kernel repository") is
+built instead (kernelsrc.build.build_commit, confined) and its configs run on the plug-in the
+file names; a commit whose file breaks a rule or whose build fails is `skip`, as `git bisect
+skip` is for a commit that does not build. `defects` then do not apply (a plug-in has its own).
+
 `steps` counts the commits tested between the ends (skipped ones included), the two end
 checks not: ceil(log2(n)) for n commits without skips. `progress`, when given, is called with the
 result so far after each commit tested (a worker stores it as its heartbeat); whatever it raises
@@ -22,7 +27,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from attnconfig import AttentionConfig, parse_config
+from kernelsrc.build import BuildError, build_commit
 from kernelsrc.git import first_parent_commits, read_kernels
+from kernelsrc.manifest import ManifestError
+from settings import get_settings
 from triage.attempt import Runner
 
 
@@ -45,8 +53,6 @@ class BisectResult:
 
 
 def _cache_dir() -> Path:
-    from settings import get_settings
-
     return get_settings().kernel_repo_cache
 
 
@@ -61,10 +67,28 @@ def bisect(repo: str, good: str, bad: str, configs: Sequence[AttentionConfig | d
     cache = cache_dir or _cache_dir()
     commits = first_parent_commits(repo, good, bad, cache)
     result = BisectResult(None, 0, [])
+    settings = get_settings()
+    unbuilt: dict[str, str] = {}
+
+    def runner_at(sha: str) -> Runner | None:
+        """The runner of `sha`'s kernel; None when it has attnsweep.toml and does not build (why: `unbuilt`)."""
+        try:
+            built = build_commit(repo, sha, settings, cache)
+        except (BuildError, ManifestError) as exc:
+            unbuilt[sha] = str(exc)
+            return None
+        if built is None:
+            return Runner(backend, defects, read_kernels(repo, sha, cache), err_ratio_gate=err_ratio_gate,
+                          time_limit_s=time_limit_s)
+        return Runner(backend, err_ratio_gate=err_ratio_gate, time_limit_s=time_limit_s, kernel=built.spec)
 
     def verdict(sha: str) -> str:
-        runner = Runner(backend, defects, read_kernels(repo, sha, cache), err_ratio_gate=err_ratio_gate,
-                        time_limit_s=time_limit_s)
+        runner = runner_at(sha)
+        if runner is None:
+            result.tested.append((sha, "skip"))
+            if progress is not None:
+                progress(result)
+            return "skip"
         try:
             outcome = "good"
             for c in parsed:
@@ -85,8 +109,9 @@ def bisect(repo: str, good: str, bad: str, configs: Sequence[AttentionConfig | d
     for sha, want in ((commits[0], "good"), (commits[-1], "bad")):
         got = verdict(sha)
         if got != want:
-            what = "does not compile" if got == "skip" else ("fails" if got == "bad" else "passes")
-            raise BisectError(f"the {want} end {sha} {what}: it cannot bound the bisection")
+            what = "does not compile or build" if got == "skip" else ("fails" if got == "bad" else "passes")
+            why = f" ({unbuilt[sha]})" if sha in unbuilt else ""
+            raise BisectError(f"the {want} end {sha} {what}: it cannot bound the bisection{why}")
     lo, hi = 0, len(commits) - 1
     skipped: set[int] = set()
     while True:

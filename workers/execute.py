@@ -22,7 +22,10 @@ it, not delivered forever; a database or broker fault never counts.
 
 A sweep that names a source bundle (a CI sweep of some commit) runs on a backend built from
 that bundle, read from the store once per worker process; results then carry the bundle's hash,
-and their reproducers say to check the commit out first.
+and their reproducers say to check the commit out first. A sweep whose kernel is `commit:SHA` (a
+commit with attnsweep.toml) runs the plug-in of that commit built on this host
+(kernelsrc/build.py, once per host); a commit that does not build stores every config `error`
+with the reason and the end of the build's log.
 """
 from __future__ import annotations
 
@@ -119,6 +122,28 @@ class BundleCache:
 BUNDLES = BundleCache()
 
 
+def built_kernel(settings: Settings, kernel: str) -> tuple[str, str | None]:
+    """(the kernel to run, None), or (the kernel, why none of its configs can run): a `commit:SHA`
+    kernel is built here from ATTNSWEEP_KERNEL_REPO and run as its tree's plug-in."""
+    if not kernel.startswith("commit:"):
+        return kernel, None
+    from isolation.sandbox import SandboxUnavailable
+    from kernelsrc.build import BuildError, build_commit
+    from kernelsrc.git import KernelRepoError
+    from kernelsrc.manifest import ManifestError
+
+    commit = kernel.removeprefix("commit:")
+    try:
+        built = build_commit(settings.kernel_repo, commit, settings)
+    except (BuildError, ManifestError) as exc:
+        return kernel, settings.scrub(f"build of commit {commit[:12]} failed: {exc}")
+    except (KernelRepoError, SandboxUnavailable) as exc:
+        return kernel, settings.scrub(f"commit {commit[:12]} cannot be built on this worker: {exc}")
+    if built is None:
+        return kernel, f"commit {commit[:12]} has no attnsweep.toml: there is no plug-in to build"
+    return built.spec, None
+
+
 def execute_batch(
     settings: Settings,
     sweep_id: int,
@@ -155,6 +180,7 @@ def execute_batch(
     if status is None:
         log.warning("sweep %s does not exist; %d configs dropped", sweep_id, len(items))
     source = BUNDLES.get(url, source_hash) if source_hash and pending else None
+    kernel, unbuilt = built_kernel(settings, kernel) if pending else (kernel, None)
     executor = ConfigExecutor(backend_name, defects, Limits.of(settings), source,
                               sanitize=sanitize[0] if sanitize else None,
                               sanitize_hashes=sanitize[1] if sanitize else frozenset(), kernel=kernel,
@@ -183,6 +209,8 @@ def execute_batch(
             result = unrun_result(config, None, backend_name, gates, "error",
                                   f"{starts - 1} worker processes ended while running this config's kernel "
                                   "without storing a result (a crash in a driver, or killed); not run again", kernel=kernel)
+        elif unbuilt is not None:
+            result = unrun_result(config, None, backend_name, gates, "error", unbuilt, kernel=kernel)
         elif source_hash and source is None:
             result = unrun_result(config, None, backend_name, gates, "error",
                                   f"source bundle {source_hash} of this sweep is not in the store", kernel=kernel)

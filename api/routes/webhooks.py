@@ -27,6 +27,7 @@ from ci.notify import deployment_repository, post_not_swept, post_status
 from ci.signature import HEADER, signature_problem
 from settings import Settings
 from kernelsrc.git import KernelRepoError
+from kernelsrc.manifest import ManifestError
 from kernelsrc.trust import is_trusted
 from submit.ci import CiSpecError, start_ci_sweep
 from submit.sweep import SubmitError
@@ -67,6 +68,11 @@ def _start(session: Session, celery: Any, settings: Settings, event: CiEvent, de
         if exc.missing:
             raise ProblemError([(SHA_FIELD[event.event], str(exc))]) from None
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"reading the kernel repository failed: {exc}") from None
+    except ManifestError as exc:
+        # The commit's own mistake: its status says so, as the answer does.
+        session.rollback()
+        post_not_swept(settings, event.repository, event.commit_sha, f"not swept: {exc}")
+        raise ProblemError([(SHA_FIELD[event.event], str(exc))]) from None
     except CiSpecError as exc:
         session.rollback()
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
