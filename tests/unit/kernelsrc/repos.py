@@ -31,7 +31,8 @@ class PluginRepo:
         shutil.copytree(ROOT / "examples" / "c_abi", path / "examples" / "c_abi")
         (path / "kernels" / "plugins").mkdir(parents=True)
         shutil.copy(ROOT / "kernels" / "plugins" / "attnsweep_kernel.h", path / "kernels" / "plugins")
-        self.pristine = (path / CORE).read_text()
+        self.originals = {str(f.relative_to(path)): f.read_text() for f in (path / "examples").rglob("*") if f.is_file()}
+        self.pristine = self.originals[CORE]
 
     def git(self, *args: str) -> str:
         return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=self.path,
@@ -39,8 +40,10 @@ class PluginRepo:
 
     def commit(self, message: str, manifest: str | None = C_ABI, files: dict[str, str] | None = None,
                core: Callable[[str], str] | None = None) -> str:
-        """Commit the example with `manifest` as attnsweep.toml (None: no file), `files` written
-        and the core header edited by `core` (from the pristine one); its id."""
+        """Commit the example as copied, with `manifest` as attnsweep.toml (None: no file), `files`
+        written over it and the core header edited by `core`; its id."""
+        for name, text in self.originals.items():
+            (self.path / name).write_text(text)
         (self.path / CORE).write_text(core(self.pristine) if core else self.pristine)
         target = self.path / "attnsweep.toml"
         if manifest is None:
