@@ -22,9 +22,10 @@ from pathlib import Path
 from filelock import FileLock
 
 from isolation.build import log_tail, run_build
+from isolation.sandbox import SandboxUnavailable
 from kernels.plugins.load import tree_spec
-from kernelsrc.git import export_tree, read_manifest
-from kernelsrc.manifest import Manifest
+from kernelsrc.git import KernelRepoError, export_tree, read_manifest
+from kernelsrc.manifest import Manifest, ManifestError
 from settings import Settings
 
 OK_MARK, FAILED_MARK, LOG = "built", "failed", "build.log"
@@ -97,3 +98,21 @@ def build_commit(repo: str, commit: str, settings: Settings, cache_dir: Path | N
             raise BuildError(problem, log_tail(work / LOG))
         (work / OK_MARK).write_text(commit)
     return built
+
+
+def resolve_kernel(kernel: str, settings: Settings) -> tuple[str, str | None]:
+    """(the kernel to run, None), or (the kernel, why none of its configs can run, scrubbed): a
+    `commit:SHA` kernel (a CI sweep's) is built here from ATTNSWEEP_KERNEL_REPO and run as its
+    tree's plug-in; any other kernel is itself."""
+    if not kernel.startswith("commit:"):
+        return kernel, None
+    commit = kernel.removeprefix("commit:")
+    try:
+        built = build_commit(settings.kernel_repo, commit, settings)
+    except (BuildError, ManifestError) as exc:
+        return kernel, settings.scrub(f"build of commit {commit[:12]} failed: {exc}")
+    except (KernelRepoError, SandboxUnavailable) as exc:
+        return kernel, settings.scrub(f"commit {commit[:12]} cannot be built on this worker: {exc}")
+    if built is None:
+        return kernel, f"commit {commit[:12]} has no attnsweep.toml: there is no plug-in to build"
+    return built.spec, None

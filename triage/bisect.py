@@ -30,7 +30,7 @@ from attnconfig import AttentionConfig, parse_config
 from kernelsrc.build import BuildError, build_commit
 from kernelsrc.git import first_parent_commits, read_kernels
 from kernelsrc.manifest import ManifestError
-from settings import get_settings
+from settings import Settings, get_settings
 from triage.attempt import Runner
 
 
@@ -59,15 +59,16 @@ def _cache_dir() -> Path:
 def bisect(repo: str, good: str, bad: str, configs: Sequence[AttentionConfig | dict[str, Any]], backend: str = "cpu",
            *, defects: frozenset[str] | tuple[str, ...] = frozenset(), cache_dir: Path | None = None,
            time_limit_s: float | None = 60.0, err_ratio_gate: float | None = None,
-           progress: Callable[[BisectResult], None] | None = None) -> BisectResult:
-    """Bisect `good`..`bad` of `repo` (a path or URL) for the first commit where `configs` fail."""
+           progress: Callable[[BisectResult], None] | None = None, settings: Settings | None = None) -> BisectResult:
+    """Bisect `good`..`bad` of `repo` (a path or URL) for the first commit where `configs` fail.
+    `settings` (default: the process's) bound and place the builds of commits with attnsweep.toml."""
     parsed = [parse_config(c) for c in configs]
     if not parsed:
         raise ValueError("bisect needs at least one config")
     cache = cache_dir or _cache_dir()
     commits = first_parent_commits(repo, good, bad, cache)
     result = BisectResult(None, 0, [])
-    settings = get_settings()
+    settings = settings or get_settings()
     unbuilt: dict[str, str] = {}
 
     def runner_at(sha: str) -> Runner | None:

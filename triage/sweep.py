@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 from attnconfig import parse_config
 from attnconfig.outcomes import METRIC_KEYS
+from kernelsrc.build import resolve_kernel
+from settings import Settings, get_settings
 from store.bundles import load_bundle
 from store.db import Session
 from store.models import Sweep
@@ -49,7 +51,7 @@ def sweep_defects(sweep: Sweep, reproducers: Sequence[str | None]) -> frozenset[
 
 
 def sweep_runner(session: Session, sweep_id: int, backend: str | None = None, *,
-                 time_limit_s: float | None = 30.0) -> Runner:
+                 time_limit_s: float | None = 30.0, settings: Settings | None = None) -> Runner:
     """A Runner that runs configs as the sweep did: backend, defects, source bundle, err_ratio gate."""
     sweep = get_sweep(session, sweep_id)
     if sweep is None:
@@ -60,8 +62,11 @@ def sweep_runner(session: Session, sweep_id: int, backend: str | None = None, *,
         backend = named.most_common(1)[0][0] if named else sweep.backend
     source = load_bundle(session, sweep.source_hash) if sweep.source_hash else None
     request = sweep.request or {}
+    # A CI sweep of a commit with attnsweep.toml: its plug-in as built on this host (a build
+    # that failed leaves `commit:SHA`, whose runs are then `error` as the sweep's were).
+    kernel, _unbuilt = resolve_kernel(sweep.kernel, settings or get_settings())
     return Runner(backend, sweep_defects(sweep, [r for _, r in stored[:1]]), source,
-                  err_ratio_gate=request.get("err_ratio_gate"), time_limit_s=time_limit_s, kernel=sweep.kernel)
+                  err_ratio_gate=request.get("err_ratio_gate"), time_limit_s=time_limit_s, kernel=kernel)
 
 
 def triage_clusters(clusters: list[Cluster], runner: Runner, *, shrink_configs: bool = True, classify_configs: bool = True,
@@ -97,10 +102,10 @@ def triage_sweep(session: Session, sweep_id: int, backend: str | None = None, *,
                  classify_configs: bool = True, max_runs: int = DEFAULT_MAX_RUNS,
                  max_seconds: float = DEFAULT_MAX_SECONDS, time_limit_s: float | None = 30.0,
                  repeats: int = DEFAULT_REPEATS, seeds: Sequence[int] = DEFAULT_SEEDS,
-                 max_clusters: int | None = None) -> list[Cluster]:
+                 max_clusters: int | None = None, settings: Settings | None = None) -> list[Cluster]:
     """The clusters of a stored sweep's failures, largest first, each explained and (by default)
     with a shrunk reproducer and its classification. Raises SweepNotFound."""
-    runner = sweep_runner(session, sweep_id, backend, time_limit_s=time_limit_s)
+    runner = sweep_runner(session, sweep_id, backend, time_limit_s=time_limit_s, settings=settings)
     clusters = cluster_results(sweep_rows(session, sweep_id))
     commit = get_sweep(session, sweep_id).commit_sha
     try:

@@ -111,7 +111,7 @@ def run_bisection(url: str, bisection_id: int, settings: Settings | None = None)
         result = bisect(request["repo"], request["good"], request["bad"], request["configs"], request["backend"],
                         defects=request["defects"], err_ratio_gate=request["err_ratio_gate"],
                         cache_dir=settings.kernel_repo_cache, time_limit_s=settings.triage_run_time_limit_s or None,
-                        progress=progress)
+                        progress=progress, settings=settings)
     except _ClaimLost:
         log.warning("bisection %s: another worker took it again; this run's result is dropped", bisection_id)
         return "running"

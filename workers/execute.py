@@ -36,6 +36,7 @@ from collections import Counter
 from typing import Any, Callable, Sequence, TypeVar
 
 from attnconfig import parse_config
+from kernelsrc.build import resolve_kernel
 from settings import Settings
 from kernels.source import KernelSource
 from store import repo
@@ -122,28 +123,6 @@ class BundleCache:
 BUNDLES = BundleCache()
 
 
-def built_kernel(settings: Settings, kernel: str) -> tuple[str, str | None]:
-    """(the kernel to run, None), or (the kernel, why none of its configs can run): a `commit:SHA`
-    kernel is built here from ATTNSWEEP_KERNEL_REPO and run as its tree's plug-in."""
-    if not kernel.startswith("commit:"):
-        return kernel, None
-    from isolation.sandbox import SandboxUnavailable
-    from kernelsrc.build import BuildError, build_commit
-    from kernelsrc.git import KernelRepoError
-    from kernelsrc.manifest import ManifestError
-
-    commit = kernel.removeprefix("commit:")
-    try:
-        built = build_commit(settings.kernel_repo, commit, settings)
-    except (BuildError, ManifestError) as exc:
-        return kernel, settings.scrub(f"build of commit {commit[:12]} failed: {exc}")
-    except (KernelRepoError, SandboxUnavailable) as exc:
-        return kernel, settings.scrub(f"commit {commit[:12]} cannot be built on this worker: {exc}")
-    if built is None:
-        return kernel, f"commit {commit[:12]} has no attnsweep.toml: there is no plug-in to build"
-    return built.spec, None
-
-
 def execute_batch(
     settings: Settings,
     sweep_id: int,
@@ -180,7 +159,7 @@ def execute_batch(
     if status is None:
         log.warning("sweep %s does not exist; %d configs dropped", sweep_id, len(items))
     source = BUNDLES.get(url, source_hash) if source_hash and pending else None
-    kernel, unbuilt = built_kernel(settings, kernel) if pending else (kernel, None)
+    kernel, unbuilt = resolve_kernel(kernel, settings) if pending else (kernel, None)
     executor = ConfigExecutor(backend_name, defects, Limits.of(settings), source,
                               sanitize=sanitize[0] if sanitize else None,
                               sanitize_hashes=sanitize[1] if sanitize else frozenset(), kernel=kernel,

@@ -60,7 +60,8 @@ def run_triage(url: str, sweep_id: int, settings: Settings | None = None, *, bac
             return stored.triage_status(s, sweep_id)
     try:
         with session_scope(url) as s:
-            found = [c.to_dict() for c in triage_sweep(s, sweep_id, backend, **{**triage_bounds(settings), **(bounds or {})})]
+            found = [c.to_dict() for c in triage_sweep(s, sweep_id, backend, settings=settings,
+                                                       **{**triage_bounds(settings), **(bounds or {})})]
         plans = ci_bisection_plans(url, sweep_id, settings, found)
         with session_scope(url) as s:
             stored.store_clusters(s, sweep_id, found)

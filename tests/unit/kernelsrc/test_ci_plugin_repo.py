@@ -95,3 +95,42 @@ def test_a_bisection_steps_around_a_commit_that_does_not_build(tmp_path, kernel_
     assert result.first_bad == shas[4]
     assert result.skipped == [shas[2]] and (shas[2], "skip") in result.tested
     assert (kernel_cache / "built" / shas[2] / "failed").is_file()
+
+
+# Six small configs (seed 1), five of them causal (tests/unit/ci/test_ci_bisect.py's request).
+CAUSAL_SPEC = {"dtypes": ["f16", "f32"], "ranges": {"g": [1, 2], "seq_len_q": [1, 8], "seq_len_k": [1, 200],
+                                                    "num_heads_q": [1, 4], "num_heads_kv": [1, 4], "head_dim_qk": [8, 32],
+                                                    "head_dim_v": [8, 32], "split_kv": [1, 8]}}
+
+
+def test_a_push_over_a_commit_that_does_not_build_is_triaged_and_bisected_to_its_first_bad_commit(
+        sqlite_url, tmp_path, kernel_cache):
+    from workers.app import TASK_BISECT, TASK_TRIAGE
+    from workers.bisect import run_bisection
+
+    repo = PluginRepo(tmp_path / "repo")
+    shas = [repo.commit("0"), repo.commit("1"),
+            repo.commit("2 does not build", files={"examples/c_abi/splitkv_host.cpp": "this is not C++;\n"}),
+            repo.commit("3"), repo.commit("4 causal off by one", core=causal_off_by_one),
+            repo.commit("5", core=causal_off_by_one)]
+    upgrade(sqlite_url)
+    settings = make_settings(sqlite_url, webhook_secret=SECRET, kernel_repo=str(repo.path), ci_samples=6,
+                             ci_backend="cpu", ci_seed=1, ci_spec=CAUSAL_SPEC, triage_shrink_runs=10,
+                             triage_shrink_seconds=20.0, kernel_cache=kernel_cache,
+                             kernel_repo_cache=tmp_path / "repos")
+    payload = push_payload("other/kernels", "main", shas[-1])
+    payload["before"] = shas[0]
+    with make_client(settings) as c:
+        resp = deliver(c, SECRET, "push", payload)
+        assert resp.status_code == 202, resp.text
+        ran, held = run_queued(settings, hold=(TASK_BISECT,))
+        assert TASK_TRIAGE in ran and [t["headers"]["task"] for t in held] == [TASK_BISECT]
+        sweep_id = resp.json()["sweep_id"]
+        (cluster, *_) = c.get(f"/sweeps/{sweep_id}/clusters").json()["clusters"]
+        # Shrunk on the built plug-in: its reproducer names the commit's tree, not the project's kernels.
+        assert cluster["minimal_config"] is not None and f"tree:{shas[-1]}:" in cluster["reproducer"], cluster
+        assert run_bisection(sqlite_url, held[0]["args"][0], settings) == "done"
+        done = c.get(f"/ci/{shas[-1]}").json()
+        bisection = c.get(done["bisections"][0]["url"]).json()
+    assert done["first_bad_commits"] == [shas[4]], done
+    assert bisection["skipped"] == [shas[2]] and bisection["first_bad"] == shas[4], bisection
