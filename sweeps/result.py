@@ -89,7 +89,10 @@ def new_result(config: AttentionConfig, gates: dict[str, Any], backend: str, def
 
 
 def kernel_name(spec: str) -> str:
-    """The name a kernel is stored under before it has said its own: its spec (a path's file name)."""
+    """The name a kernel is stored under before it has said its own: its spec (a path's file name;
+    a built tree's plug-in)."""
+    if spec.startswith("tree:"):
+        spec = spec.rpartition("|")[2]
     if spec.startswith("so:"):
         return spec.rsplit("/", 1)[-1][:200]
     return spec[:200]
