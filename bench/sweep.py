@@ -16,7 +16,8 @@ result row per config in the database):
    once more, and the ratios of the two warm runs' mean to the baseline;
 4. with --repeat: the warm sweep's configs once more, as CI sweeps a commit after the last
    one: their inputs and references come from the data cache (sweeps/datacache.py) the first
-   run filled (a fresh folder unless --data-cache names one; --no-data-cache turns it off);
+   run filled (a fresh folder unless --data-cache names one; without --repeat or --data-cache
+   there is no data cache, as in a default deployment);
 5. with --confined: the warm sweep once more with the shipped kernels/src as a source bundle
    (plus a comment, so it is not the shipped source): every config's kernel is compiled and run
    in a confined process (isolation/, docs/security.md), as a CI sweep of a fetched commit's
@@ -360,10 +361,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="run the warm sweep's configs a second time and report its configs/s: a repeated "
                              "sweep, its inputs and references from the data cache the first run filled")
     parser.add_argument("--data-cache", type=Path,
-                        help="data cache folder (sweeps/datacache.py; default: a fresh temp folder)")
+                        help="data cache folder (sweeps/datacache.py; with --repeat and none named: a fresh temp "
+                             "folder; neither: no data cache)")
     parser.add_argument("--data-cache-bytes", type=int, help="the data cache's bound (default: the setting's)")
-    parser.add_argument("--no-data-cache", action="store_true",
-                        help="every config draws its inputs and computes its reference (ATTNSWEEP_DATA_CACHE_DISABLE=1)")
     parser.add_argument("--out", type=Path, default=Path("sweep-bench.json"))
     args = parser.parse_args(argv)
     baseline_env = dict(args.baseline_env)
@@ -372,11 +372,12 @@ def main(argv: list[str] | None = None) -> dict:
     db_url = args.db or f"sqlite:///{tmp.name}/bench.db"
     if args.cache_dir or "ATTNSWEEP_KERNEL_CACHE" not in os.environ:
         os.environ["ATTNSWEEP_KERNEL_CACHE"] = args.cache_dir or f"{tmp.name}/kernels"
-    os.environ["ATTNSWEEP_DATA_CACHE"] = str(args.data_cache or f"{tmp.name}/data")
+    caching = bool(args.repeat or args.data_cache)
+    os.environ.pop("ATTNSWEEP_DATA_CACHE", None)
+    if caching:
+        os.environ["ATTNSWEEP_DATA_CACHE"] = str(args.data_cache or f"{tmp.name}/data")
     if args.data_cache_bytes is not None:
         os.environ["ATTNSWEEP_DATA_CACHE_BYTES"] = str(args.data_cache_bytes)
-    if args.no_data_cache:
-        os.environ["ATTNSWEEP_DATA_CACHE_DISABLE"] = "1"
     cap_blas_threads()
     if args.jobs > 1:
         start_pool_server()  # as `attnsweep run` does before it plans the sweep
@@ -393,7 +394,8 @@ def main(argv: list[str] | None = None) -> dict:
     def fresh(name: str, env: dict[str, str] | None = None) -> dict[str, str]:
         # Every run but the repeat starts with an empty data cache of its own, as a sweep of new
         # configs does: A-B-A comparisons and the cold run measure the same work as the first run.
-        return {**(env or {}), **({} if args.data_cache else {"ATTNSWEEP_DATA_CACHE": f"{tmp.name}/data-{name}"})}
+        fresh_cache = caching and not args.data_cache
+        return {**(env or {}), **({"ATTNSWEEP_DATA_CACHE": f"{tmp.name}/data-{name}"} if fresh_cache else {})}
 
     summary["warm"] = run_once(db_url, spec, info.backend, args.jobs, info.total_memory, {}, warm_first=True)
     print_run("warm compile cache", summary["warm"])

@@ -102,11 +102,11 @@ class Settings(BaseSettings):
     kernel_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "kernels")
     kernel_cache_disable: bool = False
     # The cache of inputs and host references (sweeps/datacache.py): its folder, shared by the
-    # worker processes of a host, the bytes it may hold (least recently used entries go first),
-    # and whether it is off (every config draws its inputs and computes its reference).
-    data_cache: Path = Field(default_factory=lambda: Path.home() / ".cache" / "attnsweep" / "data")
+    # worker processes of a host, and the bytes it may hold. Off unless a folder is named: it
+    # pays only for configs swept again (a CI host), and writing the entries costs a one-off
+    # sweep part of its throughput (docs/performance.md).
+    data_cache: Path | None = None
     data_cache_bytes: int = Field(default=16 << 30, ge=1 << 20)
-    data_cache_disable: bool = False
     # The CUDA backend's tensor-core (mma) path on devices that have it (sm_80+); false runs the
     # portable kernels only, as a GPU without tensor cores would.
     mma: bool = True

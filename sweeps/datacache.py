@@ -27,8 +27,7 @@ One file an entry, `<dir>/<sha256 of the key>-<kind>.entry`:
   reached (O = 0, LSE = -inf bit for bit): a config of 128 splits over a few blocks keeps one.
 
 Settings (settings/, read by `from_settings`): data_cache (ATTNSWEEP_DATA_CACHE) the folder,
-data_cache_bytes (ATTNSWEEP_DATA_CACHE_BYTES) its bound, data_cache_disable
-(ATTNSWEEP_DATA_CACHE_DISABLE) no cache at all.
+data_cache_bytes (ATTNSWEEP_DATA_CACHE_BYTES) its bound. No folder, no cache.
 """
 from __future__ import annotations
 
@@ -119,7 +118,7 @@ class DataCache:
             from settings import Settings
 
             settings = Settings()   # not get_settings' cache: the environment may have changed
-        if settings.data_cache_disable:
+        if settings.data_cache is None:
             return None
         return cls(Path(settings.data_cache), settings.data_cache_bytes)
 

@@ -8,7 +8,6 @@ without them never passes."""
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -33,10 +32,9 @@ NEEDS = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The workers' cache of inputs and references (sweeps/datacache.py) in a folder of this run,
-    # not the user's: the processes and services a test starts inherit it.
-    if "ATTNSWEEP_DATA_CACHE" not in os.environ:
-        os.environ["ATTNSWEEP_DATA_CACHE"] = tempfile.mkdtemp(prefix="attnsweep-test-data-")
+    # The workers' cache of inputs and references (sweeps/datacache.py) is off unless a test
+    # names its folder: a user's setting does not reach the processes a test starts.
+    os.environ.pop("ATTNSWEEP_DATA_CACHE", None)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -89,7 +89,9 @@ done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ATTNSWEEP_KERNEL_CACHE=/tmp/kc PATH=$PATH:/usr/local/cuda/bin
-command -v bwrap >/dev/null || PATH=$PWD/.tools:$PATH
+chmod -R a+rX /tmp/site "$PWD"   # the confined process runs as the sandbox's own uid
+# The sandbox starts bwrap with a fixed PATH: a carried copy is named by its path.
+command -v bwrap >/dev/null || export ATTNSWEEP_BWRAP=$PWD/.tools/bwrap
 W=/tmp/evidence
 rm -rf "$W" && mkdir -p "$W"
 
@@ -130,7 +132,7 @@ run_step() {
             --out /tmp/sweep.json > "$W/sweep.log" 2>&1
         cp /tmp/sweep.json "$W/sweep.json" 2>/dev/null ;;
     confined)
-        { ls -ld / /root "$PWD" /tmp/site 2>&1; ldd "$(command -v bwrap)"; id; } > "$W/confined.txt" 2>&1
+        { ls -ld / /root "$PWD" /tmp/site 2>&1; ldd "${ATTNSWEEP_BWRAP:-$(command -v bwrap)}"; id; } > "$W/confined.txt" 2>&1
         timeout $((t * 2 / 3)) python3 tools/evidence/confined_cuda.py >> "$W/confined.txt" 2>&1
         timeout $((t / 3)) python3 -m pytest -q tests/unit/isolation -p no:cacheprovider >> "$W/confined.txt" 2>&1 ;;
     sweep-confined)

@@ -55,4 +55,5 @@ rm -rf /tmp/dc
 step compare 200 env ATTNSWEEP_DATA_CACHE=/tmp/dc-compare ATTNSWEEP_DATA_CACHE_BYTES=$DATA_CACHE_BYTES \
     $PY tools/evidence/compare_trees.py --old "$OLD" --backend "$BACKEND" --samples "$SAMPLES" --seed 7 --jobs "$JOBS" \
     --out /tmp/compare > "$O/compare.txt" 2>&1
+rm -rf /tmp/dc-compare   # a later call on the same machine needs the disk
 cat "$O/steps.txt"

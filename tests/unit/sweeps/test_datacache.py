@@ -229,7 +229,7 @@ def test_the_settings_name_the_folder_and_the_off_switch(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNSWEEP_DATA_CACHE_BYTES", str(1 << 25))
     cache = DataCache.from_settings()
     assert cache.folder == tmp_path / "d" and cache.max_bytes == 1 << 25 and os.path.isdir(cache.folder)
-    monkeypatch.setenv("ATTNSWEEP_DATA_CACHE_DISABLE", "1")
+    monkeypatch.delenv("ATTNSWEEP_DATA_CACHE")
     assert DataCache.from_settings() is None
     monkeypatch.setenv("ATTNSWEEP_DATA_CACHE_BYTES", "10")
     from pydantic import ValidationError
