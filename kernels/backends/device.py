@@ -25,6 +25,7 @@ from kernels.backends.base import (
     RunOutput,
 )
 from kernels.cache import Compiled, KernelCache
+from kernels.defects import COMBINE_DEFECTS
 from kernels.guards import CANARY, GUARD_BYTES, check_guards, fill_value_bits, padded_bytes
 from kernels.launch import (
     DEFAULT_MAX_SHARED,
@@ -82,6 +83,17 @@ def nan_fill_pattern(dtype: np.dtype) -> tuple[int, int]:
     if dtype.itemsize == 2:  # bfloat16
         return 2, BF16_NAN_BITS
     raise ValueError(f"no NaN pattern for {dtype}")
+
+
+_COMBINE_SWITCHED: dict[str, bool] = {}
+
+
+def _switches_combine_defect(source: KernelSource) -> bool:
+    """Whether the source #defines a defect of the combine kernel (memoized by its hash: read
+    for every config)."""
+    if source.hash not in _COMBINE_SWITCHED:
+        _COMBINE_SWITCHED[source.hash] = bool(COMBINE_DEFECTS & source.defect_switches())
+    return _COMBINE_SWITCHED[source.hash]
 
 
 @dataclass
@@ -192,7 +204,11 @@ class DeviceBackend(Backend, abc.ABC):
     def combine_counters(self, config: AttentionConfig, variant: Variant) -> int:
         """int32 counters a call needs, zeroed (fused_combine_counters), when the split kernel
         combines itself (fuse_combine and fuses_combine); 0: the combine kernel runs."""
-        return fused_combine_counters(config, variant) if self.fuse_combine and fuses_combine(config, variant) else 0
+        # A combine defect #defined in the source (a bundle's switches) lives in the combine
+        # kernel as one passed as an option does: the variant runs it, not the fused combine.
+        if not self.fuse_combine or _switches_combine_defect(self.source):
+            return 0
+        return fused_combine_counters(config, variant) if fuses_combine(config, variant) else 0
 
     def combine_scratch(self, config: AttentionConfig, variant: Variant) -> dict[str, tuple[int, np.dtype, bool]]:
         """The device buffers a call needs beside its inputs and outputs, by launch_plan's names:

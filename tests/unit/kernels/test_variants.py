@@ -168,8 +168,9 @@ class HostEmuBackend(kernels.backends.hostemu.HostEmuBackend):
     """The hostemu backend with the tests' defaults: no disk cache unless one is given, and no
     size limit (every case here is small)."""
 
-    def __init__(self, defects=frozenset(), cache=None, mma=False):
-        super().__init__(frozenset(defects), cache=cache or KernelCache(enabled=False), mma=mma, limits=False)
+    def __init__(self, defects=frozenset(), cache=None, mma=False, source=None):
+        super().__init__(frozenset(defects), cache=cache or KernelCache(enabled=False), mma=mma, limits=False,
+                         source=source)
 
 
 @pytest.fixture(scope="module")
@@ -323,6 +324,26 @@ def test_a_device_backend_sizes_the_fused_combines_counters_from_the_plan(monkey
     assert backend.combine_counters(fused, select_variant(fused)) == 0           # a portable path
     backend.fuse_combine = False
     assert backend.combine_counters(fused, v) == 0 and backend.combine_scratch(fused, v) == {}
+
+
+def test_a_combine_defect_defined_in_the_source_runs_the_combine_kernel_not_the_fused_one():
+    """A bundle's `#define ATTN_DEFECT_OOB_STORE` is in the combine kernel: the mma decode must
+    launch that kernel (as a defect passed as an option does), or the defect never runs."""
+    from kernels.select import select_variant
+    from kernels.source import KernelSource, local_source
+
+    def with_define(name: str) -> KernelSource:
+        files = {local_source().entry_name: local_source().entry_text, **local_source().headers}
+        head, sep, rest = files["attention.hip"].partition('#include "hip_compat.h"')
+        files["attention.hip"] = f"{head}#define ATTN_DEFECT_{name}\n{sep}{rest}"
+        return KernelSource.from_files(files)
+
+    fused = cfg(seq_len_q=1, num_heads_q=8, num_heads_kv=2, seq_len_k=512, split_kv=4, return_lse=True)
+    v = select_variant(fused, mma=True)
+    assert HostEmuBackend(source=with_define("CAUSAL_OFF_BY_ONE")).combine_counters(fused, v) == 2   # not a combine defect
+    for name in ("OOB_STORE", "HANG", "MISSING_BARRIER"):
+        backend = HostEmuBackend(source=with_define(name))
+        assert backend.combine_counters(fused, v) == 0 and backend.combine_scratch(fused, v) == {}, name
 
 
 @needs_gxx
