@@ -85,14 +85,18 @@ class Cluster:
     classification: Any = None            # triage.classify.Classification
     first_bad_commit: str | None = None
     reproducer: str | None = None         # the command line that runs minimal_config as the sweep did
+    reproducer_signature: Signature | None = None   # what the reproducer gave when run after it was made
 
     @property
     def size(self) -> int:
         return len(self.members)
 
     def example(self) -> ResultRow:
-        """The member that is cheapest to run again: the smallest problem (shrinking starts there)."""
-        return min(self.members, key=lambda r: (rerun_cost(r.config), r.config.content_hash()))
+        """The member that is cheapest to run again among those that failed with the cluster's
+        own signature (shrinking starts there, so the reproducer fails as the bug is named):
+        the smallest problem."""
+        named = [r for r in self.members if r.signature == self.signature] or self.members
+        return min(named, key=lambda r: (rerun_cost(r.config), r.config.content_hash()))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +110,7 @@ class Cluster:
             "classification": self.classification.to_dict() if self.classification is not None else None,
             "first_bad_commit": self.first_bad_commit,
             "reproducer": self.reproducer,
+            "reproducer_signature": self.reproducer_signature.to_dict() if self.reproducer_signature else None,
             "runs": (self.shrink_runs or 0) + (self.classification.runs if self.classification is not None else 0),
             "config_hashes": [r.config.content_hash() for r in self.members],
         }
