@@ -71,27 +71,27 @@ def failures(
                 fail(f"--bug {bug}: sweep {sweep} has {len(clusters)} bug{'s' if len(clusters) != 1 else ''}")
             matches["config_hash"] = queries.Match(values=tuple(clusters[bug - 1].config_hashes))
         page = queries.failures(s, queries.ResultFilter(matches=matches, label=label), limit=limit, with_count=True)
+        bugs = bug_numbers(s, [run.sweep_id for run, _label in page.rows])
         rows = []
         for run, run_label in page.rows:
             public = config_run_public(run, run_label)
-            rows.append(FailureRow(**public.model_dump(), check=gate_check(public)))
-        bugs = bug_numbers(s, [r.sweep_id for r in rows])
-    numbers = [bugs.get((r.sweep_id, r.config_hash)) for r in rows]
+            rows.append(FailureRow(**public.model_dump(), check=gate_check(public),
+                                   bug=bugs.get((run.sweep_id, run.config_hash))))
     if as_json:
-        print(json.dumps({"failures": [{**r.model_dump(mode="json"), "bug": n} for r, n in zip(rows, numbers)],
-                          "total": page.count, "has_more": page.has_more}, default=str))
+        print(json.dumps({"failures": [r.model_dump(mode="json") for r in rows], "total": page.count,
+                          "has_more": page.has_more}, default=str))
         return
     if not rows:
         console.print("no failures" + (f" in sweep {sweep}" if sweep is not None else ""), highlight=False)
         return
-    _print_failures(rows, numbers, page.count or len(rows))
+    _print_failures(rows, page.count or len(rows))
 
 
 def _g(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
 
 
-def _print_failures(rows: list, numbers: list[Optional[int]], total: int) -> None:
+def _print_failures(rows: list, total: int) -> None:
     from ci.junit import case_name
 
     out = Console()
@@ -99,11 +99,11 @@ def _print_failures(rows: list, numbers: list[Optional[int]], total: int) -> Non
     table = Table(title=Text(shown))
     for column in ("#", "sweep", "bug", "outcome", "gate", "metric vs bound", "config"):
         table.add_column(column, overflow="fold")
-    for i, (r, n) in enumerate(zip(rows, numbers), 1):
+    for i, r in enumerate(rows, 1):
         c = r.check
         check = f"{c.metric}={_g(c.value)} > {_g(c.bound)}" if c.metric else (c.why or "")
         # Text, not markup: a config's hash in brackets ([e04d7f9f9465]) would be read as a tag.
-        table.add_row(*(Text(v) for v in (str(i), str(r.sweep_id), str(n) if n else "-", r.outcome or "", c.gate or "",
+        table.add_row(*(Text(v) for v in (str(i), str(r.sweep_id), str(r.bug or "-"), r.outcome or "", c.gate or "",
                                           check, case_name(r))))
     out.print(table)
     # Reproducers are long; on their own lines they stay copyable whatever the terminal's width.

@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from store.models import Bisection, Cluster, Sweep, SweepTriage
@@ -161,6 +161,15 @@ def bug_numbers(session: Session, sweep_ids: Sequence[int]) -> dict[tuple[int, s
     rows = session.execute(select(Cluster.sweep_id, Cluster.rank, Cluster.config_hashes)
                            .where(Cluster.sweep_id.in_(sorted(set(sweep_ids)))))
     return {(sweep_id, h): rank + 1 for sweep_id, rank, hashes in rows for h in hashes}
+
+
+def bug_counts(session: Session, sweep_ids: Sequence[int]) -> dict[int, int]:
+    """Sweep id -> its bugs (stored clusters), for the sweeps among these whose triage is done."""
+    ids = sorted(set(sweep_ids))
+    done = session.scalars(select(SweepTriage.sweep_id).where(SweepTriage.sweep_id.in_(ids), SweepTriage.status == "done"))
+    counts = dict(session.execute(select(Cluster.sweep_id, func.count()).where(Cluster.sweep_id.in_(ids))
+                                  .group_by(Cluster.sweep_id)).all())
+    return {sweep_id: counts.get(sweep_id, 0) for sweep_id in done}
 
 
 def _bisections(session: Session, sweep_id: int) -> list[Bisection]:
