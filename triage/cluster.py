@@ -141,7 +141,8 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
         return (in_a + in_b) >= MERGE_SHARE * (in_a + in_b + covered(conditions, passing))
 
     def same_bug(host: Cluster, c: Cluster) -> bool:
-        local = host.signature.location == c.signature.location
+        # Local: the host already holds failures of c's location (its own, or a family it joined).
+        local = c.signature.location in {r.signature.location for r in host.members}
         if not (local or {host.signature.location, c.signature.location}.isdisjoint({COMBINE, NO_FAMILY})):
             return False
         hosts, members = [facts_of[id(r)] for r in host.members], [facts_of[id(r)] for r in c.members]
@@ -153,10 +154,14 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
         candidates = [[n] for e in (host.explanation, c.explanation) for n in e.conditions]
         if any(fits_both(conds, hosts, members) for conds in candidates + [c.explanation.conditions] if conds):
             return True
-        if not local:
+        shared = set(host.explanation.conditions) & set(c.explanation.conditions)
+        if not (local or shared):
             return False
         union = explain(hosts + members, passing)
-        return union.f1 >= c.explanation.f1
+        # Across families, only a condition both explanations hold may join them: a bug in code
+        # every family runs (a KV-cache length read as exclusive) shows in each family under the
+        # shared condition and a second one of that family's own (how its failures come to show).
+        return (local and union.f1 >= c.explanation.f1) or bool(shared & set(union.conditions))
 
     ordered = sorted((make(s, m) for s, m in groups.items()), key=lambda c: (-c.size, c.signature))
     kept: list[Cluster] = []
