@@ -20,7 +20,7 @@ def utc(dt: datetime | None) -> datetime | None:
     return dt.replace(tzinfo=timezone.utc)
 
 
-def sweep_public(sweep: Sweep, counts: dict[str, Any]) -> SweepPublic:
+def sweep_public(sweep: Sweep, counts: dict[str, Any], bugs: int | None = None) -> SweepPublic:
     started, last = utc(sweep.started_at), utc(counts.get("last_finished_at"))
     throughput = None
     if started is not None and last is not None and counts["configs_done"]:
@@ -34,7 +34,7 @@ def sweep_public(sweep: Sweep, counts: dict[str, Any]) -> SweepPublic:
         submitted_by=sweep.submitted_by, kernel=sweep.kernel or "attnsweep", kernel_name=sweep.kernel_name,
         kernel_version=sweep.kernel_version,
         error=sweep.error, created_at=utc(sweep.created_at), started_at=started, finished_at=utc(sweep.finished_at),
-        throughput=throughput, request=sweep.request,
+        throughput=throughput, request=sweep.request, bugs=bugs,
     )
 
 

@@ -123,6 +123,13 @@ class AttentionConfig(BaseModel):
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
+    def to_compact_json(self) -> str:
+        """The fields a reader needs: the required ones, those off their defaults, and the data
+        seed (which inputs). parse_config of it gives this config back; reproducers carry it."""
+        d = {k: v for k, v in self.to_dict().items()
+             if k == "data_seed" or type(self).model_fields[k].is_required() or v != type(self).model_fields[k].default}
+        return json.dumps(d, separators=(",", ":"))
+
 
 def cross_field_problems(c: AttentionConfig) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []

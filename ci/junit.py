@@ -112,7 +112,9 @@ def render(sweep: Sweep, runs: Iterable[ConfigRun], known: Collection[str] = (),
             kind = "failure" if run.outcome in FAILURES else "error"
             tally["failures" if kind == "failure" else "errors"] += 1
             first = run.detail.splitlines()[0] if run.detail else run.outcome
-            message = f"{run.failed_gate}: {first}" if run.failed_gate else first
+            # The detail names its gate already ("row: out_row_err=..."): said once.
+            named = run.failed_gate and not first.startswith(f"{run.failed_gate}:")
+            message = f"{run.failed_gate}: {first}" if named else first
             if run.config_hash in bug_of:
                 message = f"{bug_of[run.config_hash]}: {message}"
             if run.config_hash in known:

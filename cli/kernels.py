@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import database_url, db_source, fail
+from cli.common import db_source, existing_database, fail
 
 app = typer.Typer()
 
@@ -51,12 +51,10 @@ def compare(
     from attnconfig.outcomes import OUTCOMES
     from store.db import session_scope
     from store.kernels import kernel_comparison
-    from store.migrate import upgrade
 
     if len(sweeps) < 2:
         fail("SWEEPS: name at least two sweeps to compare")
-    url = database_url(db)
-    upgrade(url)
+    url = existing_database(db)
     try:
         with session_scope(url) as s:
             report = kernel_comparison(s, sweeps)

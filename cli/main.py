@@ -12,22 +12,28 @@ import typer
 from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
-from cli.common import console, database_url, db_source, fail, option_text
-from cli.options import OPTION_FIELDS, OPTION_NAMES, SweepOptions, build_spec, defects_help, sweep_options
+from cli.common import console, database_url, db_source, existing_database, fail, option_text, redacted
+from cli.errors import EXIT_STATUS, INFRASTRUCTURE, INTERRUPTED, OneLineErrors, first_line, server_answered
+from cli.options import OPTION_FIELDS, OPTION_NAMES, SweepOptions, build_spec, defect_option, sweep_options
+from cli.failures import app as failures_app
 from cli.kernels import app as kernels_app
 from cli.triage import app as triage_app
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sweep split-KV attention kernels against a host reference.")
+# pretty_exceptions off: OneLineErrors turns every error into one line; typer's panels never show.
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Sweep split-KV attention kernels against a host reference.", epilog=EXIT_STATUS)
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (Alembic migrations).")
 app.add_typer(db_app, name="db")
 app.add_typer(triage_app)  # triage, shrink, bisect (cli/triage.py)
 app.add_typer(kernels_app)  # kernels, compare (cli/kernels.py)
+app.add_typer(failures_app)  # failures (cli/failures.py)
 
 BACKENDS = ("auto", "cpu", "cuda", "hip", "hostemu")
 
 
 def _migrate(url: str, source: str = "--db") -> None:
-    """Bring the store to the newest schema; a database that cannot be opened is one line, exit 2."""
+    """Bring the store to the newest schema. A server that refuses (no such database, bad
+    password) is a usage mistake, exit 2; one that cannot be reached is an outage, exit 3."""
     from sqlalchemy.exc import DBAPIError
 
     from store.migrate import upgrade
@@ -35,23 +41,10 @@ def _migrate(url: str, source: str = "--db") -> None:
     try:
         upgrade(url)
     except DBAPIError as exc:
-        fail(f"{source}: cannot open the database {_redacted(url)}: {_first_line(exc.orig or exc)}")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    if "FATAL:" in text:  # libpq's reason (no such database, bad password) without the connection preamble
-        return text.split("FATAL:", 1)[1].strip().splitlines()[0]
-    return text.splitlines()[-1].strip() if text.startswith("(") else (text.splitlines() or [type(exc).__name__])[0]
-
-
-def _redacted(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given
-        return url
+        if server_answered(exc) or "unable to open" in str(exc):
+            fail(f"{source}: cannot open the database {redacted(url)}: {first_line(exc)}")
+        fail(f"{source}: the database {redacted(url)} cannot be reached: {first_line(exc)}; try again later",
+             INFRASTRUCTURE)
 
 
 def _version_callback(value: bool) -> None:
@@ -165,8 +158,11 @@ def run(
         be.close()
         fail(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpu_list)})")
 
+    stored: list[int] = []  # the sweep id once committed: what an interruption leaves stored
+
     @contextmanager
     def started(sweep_id: int, total: int) -> Iterator[Callable[[Any], None]]:
+        stored.append(sweep_id)
         kernel = f", kernel {info.kernel} {info.kernel_version}" if spec.kernel != "attnsweep" else ""
         console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}{kernel}, backend {info.backend} on {info.device}"
                       + (f", GPUs {','.join(map(str, gpu_list))}, {jobs} processes" if gpu_list else ""),
@@ -189,6 +185,9 @@ def run(
     except SubmitError as exc:
         be.close()
         fail(str(exc))
+    except KeyboardInterrupt:
+        be.close()
+        fail(_interrupted(url, stored[0] if stored else None), INTERRUPTED)
     wall = time.perf_counter() - t0
     report = sweep_report(url, sweep_id, wall)
     print_summary(Console(), url, sweep_id, report)
@@ -205,6 +204,25 @@ def run(
         raise typer.Exit(1)
 
 
+def _interrupted(url: str, sweep_id: Optional[int]) -> str:
+    """What an interrupted `run` leaves stored, read back from the store."""
+    from store import repo
+    from store.db import session_scope
+    from store.sweeps import get_sweep
+
+    if sweep_id is None:
+        return "interrupted before the sweep was stored: nothing stored"
+    with session_scope(url) as s:
+        status = get_sweep(s, sweep_id).status
+        counts = repo.sweep_counts(s, sweep_id)
+    done, total = counts["configs_done"], counts["configs_total"]
+    if status == "done":
+        return (f"interrupted during the triage: sweep {sweep_id} is stored done ({done} configs); "
+                f"`attnsweep triage {sweep_id}` triages it")
+    return (f"interrupted: sweep {sweep_id} is stored {status} with {done} of {total} configs run; "
+            f"`attnsweep failures {sweep_id}` lists what failed so far")
+
+
 def _kernel_backend(kernel: str, backend: str, defects: frozenset[str]) -> Any:
     """The backend that runs `kernel` (confined where it did not ship); a usage mistake is one line."""
     from isolation.confined import backend_for
@@ -215,8 +233,10 @@ def _kernel_backend(kernel: str, backend: str, defects: frozenset[str]) -> Any:
         return backend_for(backend, defects, kernel=kernel)
     except KernelSpecError as exc:
         fail(f"--{exc}")
-    except (BackendUnavailable, ValueError) as exc:
-        fail(f"backend: {exc}")
+    except BackendUnavailable as exc:
+        fail(f"--backend {backend}: device unavailable: {exc}", INFRASTRUCTURE)
+    except ValueError as exc:
+        fail(f"--backend {backend}: {exc}")
 
 
 def _print_bugs(url: str, sweep_id: int) -> None:
@@ -283,11 +303,14 @@ def verify(
     config: str = typer.Option(..., "--config", help="config JSON, or @file; split_kv 0 picks the split count for the GPU (kernels/autosplit.py)"),
     backend: str = typer.Option("auto", "--backend", help="auto|cpu|cuda|hip (auto: a usable GPU, else the cpu emulation)"),
     gates: Optional[str] = typer.Option(None, "--gates", help="gates JSON a reproducer carries (default: strict verifier)"),
-    defect: list[str] = typer.Option([], "--defect", help=defects_help()),
+    defect: list[str] = defect_option(),
     kernel: str = typer.Option("attnsweep", "--kernel", help="the kernel under test (attnsweep kernels lists them; "
                                                              "module:attr, path/file.py:attr, so:PATH)"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object (outcome, failed_gate, "
+                                                       "detail, metrics, gates, timings, ...) instead of the verdict line"),
 ) -> None:
-    """Run one config with the strict verifier defaults (or the gates a reproducer carries).
+    """Run one config with the strict verifier defaults (or the gates a reproducer carries) and
+    print its verdict in one line: the outcome, the gate that failed and the metric against its bound.
 
     Exit status: 0 when it passes, 1 when it does not, 2 on a usage mistake."""
     from sweeps.policy import gates_for
@@ -319,6 +342,12 @@ def verify(
         if missing:
             fail(f"gates: missing {sorted(missing)} (a reproducer carries rms, rms_reason, row and, with LSE, lse)")
     result = run_config(cfg, be, chosen)
+    if not as_json:
+        gate = f" (gate {result.failed_gate})" if result.failed_gate else ""
+        why = result.detail or result.not_applicable_reason or ""
+        print(f"{result.outcome}{gate}{': ' + why.splitlines()[0] if why else ''} [backend {result.backend}, "
+              f"split_kv {cfg.split_kv}]")
+        raise typer.Exit(0 if result.outcome == "pass" else 1)
     print(json.dumps({
         "outcome": result.outcome, "failed_gate": result.failed_gate, "detail": result.detail, "split_kv": cfg.split_kv,
         "not_applicable_reason": result.not_applicable_reason, "backend": result.backend, "device": result.device,
@@ -327,87 +356,6 @@ def verify(
         "metrics": result.metrics, "timings": result.timings,
     }, indent=2, default=str))
     raise typer.Exit(0 if result.outcome == "pass" else 1)
-
-
-@app.command()
-def failures(
-    sweep: Optional[int] = typer.Argument(None, min=1, help="sweep id (default: every sweep, newest failures first)"),
-    db: Optional[str] = DB,
-    outcome: Optional[str] = typer.Option(None, "--outcome", help="only these failing outcomes, comma-separated: fail, nan, fault, unsafe, error, timeout, oom"),
-    gate: Optional[str] = typer.Option(None, "--gate", help="only failures charged to these gates, comma-separated: rms, row, lse, partials, err_ratio"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="only these dtypes, comma-separated: f16, bf16, f32, i8"),
-    regime: Optional[str] = typer.Option(None, "--regime", help="only these data regimes, comma-separated: normal, sink, "
-                                                                "outliers, large_logits, uniform, cancellation"),
-    label: Optional[str] = typer.Option(None, "--label", help="only sweeps with this label"),
-    limit: int = typer.Option(50, "--limit", min=1, max=1000, help="most failures to list"),
-    as_json: bool = typer.Option(False, "--json", help="print {failures: [...], has_more} as one JSON object (the API's failure rows)"),
-) -> None:
-    """List stored failures: the gate, the metric against its bound, and the command that reproduces each."""
-    from api.convert import config_run_public
-    from api.errors import ProblemError
-    from api.filters import parse_str_match
-    from api.convert import gate_check
-    from api.schemas.analysis import FailureRow
-    from attnconfig.outcomes import FAILING_OUTCOMES
-    from store import queries
-    from store.db import session_scope
-    from store.models import Sweep
-
-    url = database_url(db)
-    source = db_source(db)
-    if url.startswith("sqlite") and not Path(url.split(":///", 1)[-1]).exists():
-        fail(f"{source}: no SQLite store at {url.split(':///', 1)[-1]!r} (a sweep creates it: attnsweep run --db PATH)")
-    _migrate(url, source)
-    matches = {}
-    try:
-        for option, column, text, allowed in (("--outcome", "outcome", outcome, FAILING_OUTCOMES),
-                                              ("--gate", "failed_gate", gate, None), ("--dtype", "dtype", dtype, None),
-                                              ("--regime", "data_regime", regime, None)):
-            if text is not None:
-                matches[column] = parse_str_match(option, column, text, allowed)
-    except ProblemError as exc:
-        fail(exc.problems[0][1])
-    if sweep is not None:
-        matches["sweep_id"] = queries.Match(values=(sweep,))
-    with session_scope(url) as s:
-        if sweep is not None and s.get(Sweep, sweep) is None:
-            fail(f"sweep {sweep}: no such sweep in {_redacted(url)}")
-        page = queries.failures(s, queries.ResultFilter(matches=matches, label=label), limit=limit)
-        rows = []
-        for run, run_label in page.rows:
-            public = config_run_public(run, run_label)
-            rows.append(FailureRow(**public.model_dump(), check=gate_check(public)))
-    if as_json:
-        print(json.dumps({"failures": [r.model_dump(mode="json") for r in rows], "has_more": page.has_more}, default=str))
-        return
-    if not rows:
-        console.print("no failures" + (f" in sweep {sweep}" if sweep is not None else ""), highlight=False)
-        return
-    _print_failures(rows, page.has_more)
-
-
-def _g(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
-
-
-def _print_failures(rows: list, has_more: bool) -> None:
-    from rich.table import Table
-
-    from ci.junit import case_name
-
-    out = Console()
-    table = Table(title=f"{len(rows)} failures" + (" (more: raise --limit)" if has_more else ""))
-    for column in ("#", "sweep", "outcome", "gate", "metric vs bound", "config"):
-        table.add_column(column, overflow="fold")
-    for i, r in enumerate(rows, 1):
-        c = r.check
-        check = f"{c.metric}={_g(c.value)} > {_g(c.bound)}" if c.metric else (c.why or "")
-        table.add_row(str(i), str(r.sweep_id), r.outcome or "", c.gate or "", check, case_name(r))
-    out.print(table)
-    # Reproducers are long; on their own lines they stay copyable whatever the terminal's width.
-    out.print("reproducers:", highlight=False)
-    for i, r in enumerate(rows, 1):
-        out.print(f"#{i}: {r.reproducer or '(none stored)'}", highlight=False, soft_wrap=True, markup=False)
 
 
 @db_app.command("upgrade")
@@ -432,10 +380,9 @@ def serve(
     """Run the HTTP API (settings from ATTNSWEEP_*; the database must be migrated: `attnsweep db upgrade`)."""
     import uvicorn
 
-    from settings import get_settings
     from store.migrate import is_current
 
-    if not is_current(get_settings().database_url):
+    if not is_current(database_url(None)):
         fail("the database is not at the newest schema revision: run `attnsweep db upgrade` first")
     uvicorn.run("api.main:create_app", factory=True, host=host, port=port, workers=workers, log_level="info")
 
@@ -455,7 +402,7 @@ def submit(
     from api.errors import ProblemError
     from pydantic import ValidationError
     from settings import get_settings
-    from store.db import is_unreachable, session_factory
+    from store.db import session_factory
     from store.migrate import is_current
     from submit.sweep import SubmitError, submit_sweep
     from workers.app import create_celery
@@ -469,6 +416,7 @@ def submit(
 
         fail("; ".join(f"{f}: {r}" for f, r in request_problems(exc.errors())))
     settings = get_settings()
+    database_url(None)  # names ATTNSWEEP_DATABASE_URL in the line of a database that cannot be reached (exit 3)
     try:
         key = check_idempotency_key(idempotency_key)
         if not is_current(settings.database_url):
@@ -481,10 +429,6 @@ def submit(
         fail(str(problem_of(exc)))
     except ProblemError as exc:
         fail(str(exc))
-    except Exception as exc:  # noqa: BLE001 - a database that cannot be reached is one line, not a traceback
-        if not is_unreachable(exc):
-            raise
-        fail(f"database: cannot be reached ({str(exc).splitlines()[0]}); try again later", code=3)
     print(done.model_dump_json())
 
 

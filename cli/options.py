@@ -55,6 +55,21 @@ def defects_help() -> str:
             + "; ".join(f"{name} ({what})" for name, what in DEFECTS.items()))
 
 
+def _known_defects(names: list[str]) -> list[str]:
+    # Checked while the options are parsed: an unknown name is a usage mistake before any
+    # database is opened or backend started.
+    from kernels.backends.base import DEFECTS
+
+    unknown = [n for n in names if n not in DEFECTS]
+    if unknown:
+        raise typer.BadParameter(f"unknown defect {unknown[0]!r}; known: {', '.join(DEFECTS)}")
+    return names
+
+
+def defect_option() -> Any:
+    return typer.Option([], "--defect", help=defects_help(), callback=_known_defects)
+
+
 # (parameter, annotation, option): sweep request fields that are CLI options of the same name
 # (docs/spec.md §8); `range_` is the request's ranges.
 _SPEC = [
@@ -102,7 +117,7 @@ def sweep_options(*, label: bool = True, defects: bool = True, prior: bool = Tru
     (`prior`: --coverage-prior, for commands that read a store)."""
     chosen = [(n, t, o) for n, t, o in _SPEC if (label or n != "label") and (prior or n != "coverage_prior_sweeps")]
     if defects:
-        chosen.append(("defect", list[str], typer.Option([], "--defect", help=defects_help())))
+        chosen.append(("defect", list[str], defect_option()))
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name != "options"]

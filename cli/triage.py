@@ -12,7 +12,8 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from cli.common import console, database_url, fail, option_text
+from cli.common import console, existing_database, fail, option_text
+from cli.options import defect_option
 
 app = typer.Typer()
 
@@ -42,26 +43,17 @@ def _config(text: str, option: str = "--config") -> dict[str, Any]:
         fail(f"{option}: {exc}")
 
 
-def _defects(names: list[str]) -> frozenset[str]:
-    from kernels.backends.base import DEFECTS
-
-    unknown = sorted(set(names) - set(DEFECTS))
-    if unknown:
-        fail(f"--defect: unknown defect(s) {unknown}; known: {', '.join(DEFECTS)}")
-    return frozenset(names)
-
-
 def _limit(seconds: float) -> float | None:
     return seconds or None
 
 
-def _changed(config: dict[str, Any], minimal: dict[str, Any] | None) -> str:
-    if minimal is None:
-        return "-"
-    from attnconfig import AttentionConfig
-
-    defaults = {name: f.default for name, f in AttentionConfig.model_fields.items() if not f.is_required()}
-    return json.dumps({k: v for k, v in minimal.items() if defaults.get(k, object()) != v}, separators=(",", ":"))
+def _signature_shown(cluster: dict[str, Any]) -> str:
+    """What the reproducer gave when the triage ran it, where that is not the bug's signature."""
+    gave = cluster.get("reproducer_signature")
+    if not gave or gave == cluster["signature"]:
+        return ""
+    label = "/".join(str(v or "-") for v in (gave["outcome"], gave["gate"], gave["location"]))
+    return f"(when the triage ran it, it gave {label}, not the bug's signature)"
 
 
 @app.command()
@@ -95,7 +87,7 @@ def triage(
     from settings import get_settings
     from workers.triage import run_triage, triage_bounds
 
-    url = database_url(db)
+    url = existing_database(db)
     with session_scope(url) as s:
         if s.get(Sweep, sweep) is None:
             fail(f"sweep {sweep}: no such sweep")
@@ -142,7 +134,8 @@ def bug_lines(clusters: list[dict[str, Any]]) -> list[str]:
         sig = c["signature"]
         kind = (c["classification"] or {}).get("kind", "not classified")
         lines.append(f"  {i}. {c['size']} {sig['outcome']}/{sig['gate'] or '-'}/{sig['location']}: "
-                     f"{c['explanation']['text']} ({kind}); reproducer: {c['reproducer'] or '-'}")
+                     f"{c['explanation']['text']} ({kind}); reproducer: {c['reproducer'] or '-'}"
+                     + (f" {_signature_shown(c)}" if _signature_shown(c) else ""))
     return lines
 
 
@@ -156,14 +149,16 @@ def _first_bad(cluster: dict[str, Any]) -> str:
 
 def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     out = Console()
     if not clusters:
         out.print(f"sweep {sweep}: no failures", highlight=False)
         return
-    table = Table(title=f"sweep {sweep}: {len(clusters)} cluster(s) of failures")
+    table = Table(title=Text(f"sweep {sweep}: {len(clusters)} bug{'s' if len(clusters) != 1 else ''} "
+                             f"in {sum(c['size'] for c in clusters)} failing configs"))
     bisected = any(c.get("first_bad_commit") or c.get("bisection") for c in clusters)
-    columns = ("#", "size", "signature", "explanation", "minimal config (fields off their defaults)", "class")
+    columns = ("bug", "size", "signature", "explanation", "class")
     for column in columns + (("first bad commit",) if bisected else ()):
         table.add_column(column, overflow="fold")
     for i, c in enumerate(clusters, 1):
@@ -172,17 +167,23 @@ def _print_clusters(sweep: int, clusters: list[dict[str, Any]]) -> None:
         if len(c["signatures"]) > 1:
             label += " (+" + ", ".join(f"{k} {n}" for k, n in c["signatures"].items() if k != label) + ")"
         kind = (c["classification"] or {}).get("kind", "-")
-        row = [str(i), str(c["size"]), label, c["explanation"]["summary"],
-               _changed(c["example_config"], c["minimal_config"]), kind]
-        table.add_row(*row, *([_first_bad(c)] if bisected else []))
+        row = [str(i), str(c["size"]), label, c["explanation"]["summary"], kind]
+        table.add_row(*(Text(v) for v in row + ([_first_bad(c)] if bisected else [])))
     out.print(table)
+    # Commands on their own lines stay copyable whatever the terminal's width.
+    for i, c in enumerate(clusters, 1):
+        what = "minimal reproducer" if c["minimal_config"] is not None else "reproducer (not shrunk)"
+        out.print(f"bug {i} {what}: {c['reproducer'] or '-'}", highlight=False, soft_wrap=True, markup=False)
+        shown = _signature_shown(c)
+        if shown:
+            out.print(f"  {shown}", highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command()
 def shrink(
     config: str = typer.Option(..., "--config", help="a failing config as JSON, or @file"),
     backend: str = typer.Option("cpu", "--backend", help=BACKEND_HELP),
-    defect: list[str] = typer.Option([], "--defect", help="a defect switch to compile in (repeatable; kernels/defects.py DEFECTS)"),
+    defect: list[str] = defect_option(),
     max_runs: int = MAX_RUNS,
     max_seconds: float = MAX_SECONDS,
     time_limit: float = TIME_LIMIT,
@@ -190,26 +191,38 @@ def shrink(
 ) -> None:
     """Shrink a failing config to a minimal one that fails the same way (outcome, gate, location).
 
-    Exit status: 0 when shrunk, 1 when the config does not fail, 2 on a usage mistake."""
+    Exit status: 0 when shrunk, 1 when the config does not fail, 2 on a usage mistake, 3 when
+    the backend's device is unavailable."""
     from kernels.backends.base import BackendUnavailable
     from triage.attempt import Runner
     from triage.shrink import shrink as shrink_config
 
     start = _config(config)
-    runner = Runner(backend, _defects(defect), time_limit_s=_limit(time_limit))
+    runner = Runner(backend, frozenset(defect), time_limit_s=_limit(time_limit))
     try:
         result = shrink_config(start, runner, max_runs=max_runs, max_seconds=max_seconds)
-    except (BackendUnavailable, ValueError) as exc:
+    except BackendUnavailable as exc:
+        fail(f"--backend {backend}: device unavailable: {exc}", 3)
+    except ValueError as exc:  # the config does not fail: nothing to shrink
         console.print(str(exc), highlight=False, soft_wrap=True)
-        raise typer.Exit(1 if not isinstance(exc, BackendUnavailable) else 2)
+        raise typer.Exit(1)
     finally:
         runner.close()
     if as_json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps({**result.to_dict(), "reproducer": _reproducer(result.minimal_config, runner)}))
         return
-    print(json.dumps(result.minimal_config))
     console.print(f"{result.signature.label()}: shrunk in {result.runs} runs ({result.seconds:.1f} s)"
-                  + (", stopped by the budget" if result.budget_spent else ""), highlight=False)
+                  + (", stopped by the budget" if result.budget_spent else "") + "; the minimal reproducer:",
+                  highlight=False)
+    print(_reproducer(result.minimal_config, runner))
+
+
+def _reproducer(config: dict[str, Any], runner: Any) -> str:
+    from attnconfig import parse_config
+    from sweeps.result import reproducer_command
+
+    minimal = parse_config(config)
+    return reproducer_command(minimal, runner.backend_name, runner.gates(minimal), runner.defects, runner.kernel)
 
 
 @app.command()
@@ -225,8 +238,9 @@ def bisect(
 ) -> None:
     """Find the first commit between --good and --bad at which the configs fail.
 
-    The bisection walks --repo's first-parent history.     Exit status: 0 when found, 1 when skipped commits leave it ambiguous, 2 on a usage mistake
-    or when the ends do not bound a change."""
+    The bisection walks --repo's first-parent history. Exit status: 0 when found, 1 when
+    skipped commits leave it ambiguous, 2 on a usage mistake or when the ends do not bound a
+    change, 3 when the backend's device is unavailable."""
     from kernels.backends.base import BackendUnavailable
     from kernelsrc.git import KernelRepoError
     from triage.bisect import BisectError
@@ -235,12 +249,26 @@ def bisect(
     configs = [_config(c) for c in config]
     try:
         result = run_bisect(repo, good, bad, configs, backend, time_limit_s=_limit(time_limit))
-    except (BisectError, KernelRepoError, BackendUnavailable) as exc:
+    except (BisectError, KernelRepoError) as exc:
         fail(str(exc))
+    except BackendUnavailable as exc:
+        fail(f"--backend {backend}: device unavailable: {exc}", 3)
     if as_json:
         print(json.dumps(result.to_dict()))
     else:
+        from kernelsrc.git import commit_subject
+        from settings import get_settings
+
         for sha, verdict in result.tested:
             console.print(f"{sha[:12]} {verdict}", highlight=False)
-        print(result.first_bad or "ambiguous: " + " ".join(result.candidates))
+        cache = get_settings().kernel_repo_cache
+        if result.first_bad:
+            # As `git bisect` ends: the commit, then its subject.
+            print(f"{result.first_bad} is the first bad commit")
+            print(f"    {commit_subject(repo, result.first_bad, cache)}")
+        else:
+            print(f"ambiguous: the first bad commit is one of these {len(result.candidates)} (skipped commits, which "
+                  "do not compile, leave it open):")
+            for sha in result.candidates:
+                print(f"{sha} {commit_subject(repo, sha, cache)}")
     raise typer.Exit(0 if result.first_bad else 1)

@@ -173,6 +173,12 @@ def read_kernels(repo: str, commit: str, cache_dir: Path) -> KernelSource:
     return KernelSource.from_files(files)
 
 
+def commit_subject(repo: str, commit: str, cache_dir: Path) -> str:
+    """The first line of a commit's message ("" when git cannot say)."""
+    done = _git(["log", "-1", "--format=%s", commit, "--"], cwd=_repository(repo, cache_dir, commit))
+    return done.stdout.decode(errors="replace").strip() if done.returncode == 0 else ""
+
+
 def first_parent_commits(repo: str, good: str, bad: str, cache_dir: Path) -> list[str]:
     """Full ids of `bad`'s first-parent history from `good` to `bad`, both included, oldest first
     (what a bisection walks). A local repository resolves any name git does (a short id, a

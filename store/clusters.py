@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from store.models import Bisection, Cluster, Sweep, SweepTriage
@@ -104,6 +104,7 @@ def store_clusters(session: Session, sweep_id: int, clusters: Sequence[Mapping[s
             signatures=dict(c.get("signatures") or {}), explanation=dict(c["explanation"]),
             config_hashes=list(c.get("config_hashes") or []), example_config=dict(c["example_config"]),
             minimal_config=c.get("minimal_config"), reproducer=c.get("reproducer"),
+            reproducer_signature=_signature_label(c["reproducer_signature"]) if c.get("reproducer_signature") else None,
             classification=detail.get("kind") if detail else None, classification_detail=detail,
             first_bad_commit=c.get("first_bad_commit") or found.get((rank, _signature_label(c["signature"]))),
             runs=c.get("runs")))
@@ -154,6 +155,23 @@ def stored_clusters(session: Session, sweep_id: int) -> list[Cluster]:
     return list(session.scalars(select(Cluster).where(Cluster.sweep_id == sweep_id).order_by(Cluster.rank)))
 
 
+def bug_numbers(session: Session, sweep_ids: Sequence[int]) -> dict[tuple[int, str], int]:
+    """(sweep id, config hash) -> the number of the bug (1 for the largest cluster, as `attnsweep
+    triage` and `run` number them) of each failing config of these sweeps' stored triages."""
+    rows = session.execute(select(Cluster.sweep_id, Cluster.rank, Cluster.config_hashes)
+                           .where(Cluster.sweep_id.in_(sorted(set(sweep_ids)))))
+    return {(sweep_id, h): rank + 1 for sweep_id, rank, hashes in rows for h in hashes}
+
+
+def bug_counts(session: Session, sweep_ids: Sequence[int]) -> dict[int, int]:
+    """Sweep id -> its bugs (stored clusters), for the sweeps among these whose triage is done."""
+    ids = sorted(set(sweep_ids))
+    done = session.scalars(select(SweepTriage.sweep_id).where(SweepTriage.sweep_id.in_(ids), SweepTriage.status == "done"))
+    counts = dict(session.execute(select(Cluster.sweep_id, func.count()).where(Cluster.sweep_id.in_(ids))
+                                  .group_by(Cluster.sweep_id)).all())
+    return {sweep_id: counts.get(sweep_id, 0) for sweep_id in done}
+
+
 def _bisections(session: Session, sweep_id: int) -> list[Bisection]:
     return list(session.scalars(select(Bisection).where(Bisection.sweep_id == sweep_id,
                                                         Bisection.cluster_rank.is_not(None))))
@@ -165,7 +183,9 @@ def cluster_public(c: Cluster, bisection: Bisection | None = None) -> dict[str, 
     return {
         "size": c.size, "signature": _signature_dict(c.signature), "signatures": c.signatures,
         "explanation": c.explanation, "example_config": c.example_config, "minimal_config": c.minimal_config,
-        "reproducer": c.reproducer, "classification": c.classification_detail, "first_bad_commit": c.first_bad_commit,
+        "reproducer": c.reproducer,
+        "reproducer_signature": _signature_dict(c.reproducer_signature) if c.reproducer_signature else None,
+        "classification": c.classification_detail, "first_bad_commit": c.first_bad_commit,
         "runs": c.runs, "config_hashes": c.config_hashes,
         "bisection": {"id": bisection.id, "status": bisection.status} if bisection is not None else None,
     }

@@ -291,6 +291,8 @@ class Cluster(Base):
     example_config: Mapped[dict[str, Any]] = mapped_column(JSON)
     minimal_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     reproducer: Mapped[str | None] = mapped_column(Text)
+    # outcome/gate/location the reproducer gave when the triage ran it after making it
+    reproducer_signature: Mapped[str | None] = mapped_column(String(200))
     classification: Mapped[str | None] = mapped_column(String(32))
     classification_detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     first_bad_commit: Mapped[str | None] = mapped_column(String(64))

@@ -124,9 +124,10 @@ def at_commit(reproducer: str, commit: str) -> str:
 def reproducer_command(config: AttentionConfig, backend: str, gates: dict[str, Any], defects: frozenset[str],
                        kernel: str = "attnsweep") -> str:
     """One line that re-runs this config with the same gates (and kernel, when it is not the
-    project's own), so it reproduces the verdict."""
+    project's own), so it reproduces the verdict. The config carries only the fields a reader
+    needs (AttentionConfig.to_compact_json)."""
     parts = ["attnsweep", "verify", *(["--kernel", kernel] if kernel != "attnsweep" else []), "--backend", backend,
-             "--config", config.to_json(), "--gates", json.dumps(gates, sort_keys=True, separators=(",", ":"))]
+             "--config", config.to_compact_json(), "--gates", json.dumps(gates, sort_keys=True, separators=(",", ":"))]
     for d in sorted(defects):
         parts += ["--defect", d]
     return " ".join(shlex.quote(p) for p in parts)

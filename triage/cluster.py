@@ -85,14 +85,18 @@ class Cluster:
     classification: Any = None            # triage.classify.Classification
     first_bad_commit: str | None = None
     reproducer: str | None = None         # the command line that runs minimal_config as the sweep did
+    reproducer_signature: Signature | None = None   # what the reproducer gave when run after it was made
 
     @property
     def size(self) -> int:
         return len(self.members)
 
     def example(self) -> ResultRow:
-        """The member that is cheapest to run again: the smallest problem (shrinking starts there)."""
-        return min(self.members, key=lambda r: (rerun_cost(r.config), r.config.content_hash()))
+        """The member that is cheapest to run again among those that failed with the cluster's
+        own signature (shrinking starts there, so the reproducer fails as the bug is named):
+        the smallest problem."""
+        named = [r for r in self.members if r.signature == self.signature] or self.members
+        return min(named, key=lambda r: (rerun_cost(r.config), r.config.content_hash()))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +110,7 @@ class Cluster:
             "classification": self.classification.to_dict() if self.classification is not None else None,
             "first_bad_commit": self.first_bad_commit,
             "reproducer": self.reproducer,
+            "reproducer_signature": self.reproducer_signature.to_dict() if self.reproducer_signature else None,
             "runs": (self.shrink_runs or 0) + (self.classification.runs if self.classification is not None else 0),
             "config_hashes": [r.config.content_hash() for r in self.members],
         }
@@ -136,7 +141,8 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
         return (in_a + in_b) >= MERGE_SHARE * (in_a + in_b + covered(conditions, passing))
 
     def same_bug(host: Cluster, c: Cluster) -> bool:
-        local = host.signature.location == c.signature.location
+        # Local: the host already holds failures of c's location (its own, or a family it joined).
+        local = c.signature.location in {r.signature.location for r in host.members}
         if not (local or {host.signature.location, c.signature.location}.isdisjoint({COMBINE, NO_FAMILY})):
             return False
         hosts, members = [facts_of[id(r)] for r in host.members], [facts_of[id(r)] for r in c.members]
@@ -148,10 +154,14 @@ def cluster_results(rows: Sequence[ResultRow]) -> list[Cluster]:
         candidates = [[n] for e in (host.explanation, c.explanation) for n in e.conditions]
         if any(fits_both(conds, hosts, members) for conds in candidates + [c.explanation.conditions] if conds):
             return True
-        if not local:
+        shared = set(host.explanation.conditions) & set(c.explanation.conditions)
+        if not (local or shared):
             return False
         union = explain(hosts + members, passing)
-        return union.f1 >= c.explanation.f1
+        # Across families, only a condition both explanations hold may join them: a bug in code
+        # every family runs (a KV-cache length read as exclusive) shows in each family under the
+        # shared condition and a second one of that family's own (how its failures come to show).
+        return (local and union.f1 >= c.explanation.f1) or bool(shared & set(union.conditions))
 
     ordered = sorted((make(s, m) for s, m in groups.items()), key=lambda c: (-c.size, c.signature))
     kept: list[Cluster] = []

@@ -95,6 +95,10 @@ def triage_clusters(clusters: list[Cluster], runner: Runner, *, shrink_configs: 
         smallest = parse_config(cluster.minimal_config) if cluster.minimal_config is not None else start
         line = reproducer_command(smallest, runner.backend_name, runner.gates(smallest), runner.defects, runner.kernel)
         cluster.reproducer = at_commit(line, commit) if commit else line
+        if work and (shrink_configs or classify_configs):
+            # The command is checked once made: run as it says (the config, the gates it
+            # carries, the backend and defects), and what it gave is stored with it.
+            cluster.reproducer_signature = runner.run(parse_config(smallest.to_compact_json())).signature
     return clusters
 
 

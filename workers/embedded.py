@@ -31,6 +31,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 import time
 from collections import deque
@@ -102,6 +103,9 @@ def worker_name(slot: int, gpus: tuple[int, ...], environ: dict[str, str] | None
 # --- the worker process --------------------------------------------------------------------------
 def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) -> None:
     """Run the configs this process is sent until told to stop (None) or until it must end."""
+    # Ctrl-C reaches the whole process group: the parent stores the sweep as cancelled and stops
+    # this process; a traceback of its own here would only bury the parent's line.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.clear()   # the parent's environment now, not the fork server's at its start
     os.environ.update(environ)
     if spec.gpu is not None:

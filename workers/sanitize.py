@@ -43,20 +43,21 @@ _RACES = re.compile(r"RACECHECK SUMMARY:\s+\d+\s+hazards?\s+displayed\s+\((\d+)\
 
 
 def check_request(tool: str | None, backend: str, share: float = 1.0) -> None:
-    """ValueError with one line naming what is wrong with a sanitize request."""
+    """ValueError with one line naming what is wrong with a sanitize request, in words that fit
+    both the CLI's options and the REST body's fields."""
     if tool is None:
         return
     if tool not in TOOLS:
         raise ValueError(f"sanitize: {tool!r} is not a compute-sanitizer tool; one of {', '.join(TOOLS)}")
     if backend == "cpu":
         raise ValueError("sanitize: the cpu backend emulates the kernels in numpy and runs no GPU code to "
-                         "check; use --backend cuda")
+                         "check; only the cuda backend runs under compute-sanitizer")
     if backend == "hostemu":
         raise ValueError("sanitize: the hostemu backend runs the kernels on the CPU and no GPU code to "
-                         "check; use --backend cuda")
+                         "check; only the cuda backend runs under compute-sanitizer")
     if backend == "hip":
         raise ValueError("sanitize: unsupported on hip: compute-sanitizer is NVIDIA's, and ROCm's sanitizers "
-                         "are not integrated; use --backend cuda")
+                         "are not integrated; only the cuda backend runs under compute-sanitizer")
     if not 0.0 < share <= 1.0:
         raise ValueError(f"sanitize_share: {share:g} must be in (0, 1]")
 

@@ -23,7 +23,9 @@ from api.schemas.analysis import (
 )
 from api.schemas.common import Message, Problems
 from api.schemas.coverage import CoverageReport
+from api.errors import ProblemError
 from store import analysis, queries
+from store.clusters import bug_numbers, stored_clusters, triage_status
 from store.queries import Match, ResultFilter
 from sweeps.coverage import FEATURES, RARE
 
@@ -84,9 +86,21 @@ def read_sweep_failures(sweep_id: SweepId, query: Annotated[SweepFailuresQuery, 
     /failures; each with `check`: the metric that decided it against its bound, and why that bound."""
     sweep_or_404(session, sweep_id)
     flt = _in_sweep(result_filter(query, failures_only=True), sweep_id)
+    if query.bug is not None:
+        flt.matches["config_hash"] = Match(values=_bug_hashes(session, sweep_id, query.bug) or ("",))
     page = queries.failures(session, flt, sort=parse_sort(query.sort), offset=query.offset, limit=query.limit, with_count=True)
+    bugs = bug_numbers(session, [sweep_id])
     rows = []
     for run, label in page.rows:
         public = config_run_public(run, label)
-        rows.append(FailureRow(**public.model_dump(), check=gate_check(public)))
+        rows.append(FailureRow(**public.model_dump(), check=gate_check(public), bug=bugs.get((sweep_id, run.config_hash))))
     return FailureRowsPublic(data=rows, count=page.count or 0, has_more=page.has_more)
+
+
+def _bug_hashes(session: SessionDep, sweep_id: int, bug: int) -> tuple[str, ...]:
+    if triage_status(session, sweep_id) != "done":
+        raise ProblemError([("bug", f"bug={bug}: sweep {sweep_id} is not triaged (GET /sweeps/{sweep_id}/clusters)")])
+    clusters = stored_clusters(session, sweep_id)
+    if bug > len(clusters):
+        raise ProblemError([("bug", f"bug={bug}: sweep {sweep_id} has {len(clusters)} bug{'s' if len(clusters) != 1 else ''}")])
+    return tuple(clusters[bug - 1].config_hashes)

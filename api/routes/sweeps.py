@@ -24,7 +24,7 @@ from api.submission import submit_sweep
 from attnconfig import parse_config
 from attnconfig.outcomes import OUTCOMES
 from store import queries, repo
-from store.clusters import clusters_report
+from store.clusters import bug_counts, clusters_report
 from store.models import Sweep
 from store.queries import Match, ResultFilter
 from sweeps.spec import SweepSpec
@@ -36,7 +36,8 @@ NOT_FOUND = {404: {"model": Message}}
 
 
 def _public(session: SessionDep, sweep: Sweep) -> SweepPublic:
-    return sweep_public(sweep, queries.sweeps_counts(session, [sweep.id])[sweep.id])
+    return sweep_public(sweep, queries.sweeps_counts(session, [sweep.id])[sweep.id],
+                        bug_counts(session, [sweep.id]).get(sweep.id))
 
 
 IdempotencyKey = Annotated[str | None, Header(
@@ -81,7 +82,8 @@ def read_sweeps(session: SessionDep, status_: Annotated[SweepStatus | None, Quer
     """Sweeps, newest first."""
     rows, count = queries.list_sweeps(session, status=status_, label=label, offset=offset, limit=limit)
     counts = queries.sweeps_counts(session, [s.id for s in rows])
-    return SweepsPublic(data=[sweep_public(s, counts[s.id]) for s in rows], count=count)
+    bugs = bug_counts(session, [s.id for s in rows])
+    return SweepsPublic(data=[sweep_public(s, counts[s.id], bugs.get(s.id)) for s in rows], count=count)
 
 
 @router.get("/{sweep_id}", response_model=SweepPublic, responses=NOT_FOUND)

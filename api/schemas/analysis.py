@@ -31,6 +31,8 @@ FailureRatesQuery = create_model(
 SweepFailuresQuery = create_model(
     "SweepFailuresQuery", __base__=_Query, **_fields_of(FailureQuery, "sweep", "with_count", "sort"),
     sort=(str, Field("seq", description="a column; prefix - for descending (default: sampled order)")),
+    bug=(int | None, Field(None, ge=1, le=1_000_000, description="only the failures of the sweep's bug N (its clusters "
+                                                                  "numbered from 1, largest first: GET /sweeps/{id}/clusters)")),
 )
 
 
@@ -62,6 +64,8 @@ class GateCheck(BaseModel):
 
 class FailureRow(ConfigRunPublic):
     check: GateCheck
+    bug: int | None = Field(default=None, description="the number of the sweep's bug (cluster, from 1, largest first) "
+                                                      "this failure belongs to; null until the sweep is triaged")
 
 
 class FailureRowsPublic(BaseModel):

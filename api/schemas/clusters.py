@@ -64,6 +64,9 @@ class ClusterPublic(BaseModel):
     minimal_config: dict[str, Any] | None = Field(description="the smallest config found that fails the same way; null "
                                                               "when the cluster was not shrunk (beyond the triage's bounds)")
     reproducer: str | None = Field(description="a command line that runs the smallest config as the sweep did")
+    reproducer_signature: SignaturePublic | None = Field(
+        default=None, description="outcome, gate and location the reproducer gave when the triage ran it after making "
+                                  "it (the cluster's signature when it reproduces the bug); null when not run")
     classification: ClassificationPublic | None = Field(description="whether the failure repeats; null when not classified")
     first_bad_commit: str | None = Field(description="the first commit of the kernel repository where it fails (a "
                                                      "CI push's bisection of it); null until bisected")

@@ -138,6 +138,8 @@ class SweepPublic(BaseModel):
     finished_at: datetime | None
     throughput: Metric = Field(description="configs finished per second since the first started (null before)")
     request: dict[str, Any]
+    bugs: int | None = Field(default=None, description="bugs its triage found (GET /sweeps/{id}/clusters); null until "
+                                                       "the triage is done")
 
 
 class SweepsPublic(BaseModel):

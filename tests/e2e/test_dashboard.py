@@ -169,6 +169,7 @@ def test_a_bad_filter_shows_the_field_and_rule(live, nightly, page, console):
 
 def test_clicking_a_heatmap_cell_filters_the_table_to_it(live, nightly, page, console):
     _open_sweep(page, live, nightly.sweep_id)
+    page.locator("#heatmap").scroll_into_view_if_needed()   # below the Bugs panel: a click needs it on screen
     x, y = page.evaluate("""() => {
         const gd = document.getElementById('heatmap'), xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
         const box = gd.querySelector('.nsewdrag').getBoundingClientRect(), t = gd.data[0];

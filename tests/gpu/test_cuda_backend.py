@@ -242,7 +242,8 @@ def test_verify_with_automatic_split_runs_the_count_chosen_for_this_gpu(cuda_bac
 
     raw = dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=8192, num_heads_q=8, num_heads_kv=1,
                head_dim_qk=128, head_dim_v=128, split_kv=0)
-    proc = subprocess.run([sys.executable, "-m", "cli", "verify", "--backend", "cuda", "--config", json.dumps(raw)],
+    proc = subprocess.run([sys.executable, "-m", "cli", "verify", "--backend", "cuda", "--config", json.dumps(raw),
+                           "--json"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -434,7 +435,7 @@ def _verify(config: AttentionConfig, *defects: str, timeout: float = 120, **env:
     import sys
     from pathlib import Path
 
-    argv = [sys.executable, "-m", "cli", "verify", "--backend", "cuda", "--config", config.to_json()]
+    argv = [sys.executable, "-m", "cli", "verify", "--json", "--backend", "cuda", "--config", config.to_json()]
     for d in defects:
         argv += ["--defect", d]
     proc = subprocess.run(argv, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,

@@ -99,7 +99,8 @@ def test_regression_set_failures_summary_reproducer_and_rerun_of_failures(servic
     # The stored reproducer re-runs the config with the sweep's gates and gets the same verdict.
     argv = shlex.split(failures[0]["reproducer"])
     assert argv[:2] == ["attnsweep", "verify"] and "--gates" in argv
-    proc = subprocess.run([sys.executable, "-m", "cli", *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "cli", *argv[1:], "--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["outcome"] == "fail"
 

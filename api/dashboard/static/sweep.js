@@ -6,7 +6,7 @@
 const PAGE = 50;
 const PAGE_KEYS = new Set(["sort", "offset", "hx", "hy"]);
 // Filters that select by result rather than by config: the heatmap would show 100% under them.
-const RESULT_FILTERS = new Set(["outcome", "gate", "threshold_reason", "not_applicable_reason"]);
+const RESULT_FILTERS = new Set(["outcome", "gate", "threshold_reason", "not_applicable_reason", "bug"]);
 const base = `/sweeps/${SWEEP_ID}`;
 const state = { filters: new Map(), sort: "seq", offset: 0, hx: "split_kv", hy: "dtype" };
 let sweep = null;
@@ -45,6 +45,11 @@ function renderSweep(s) {
   const status = document.getElementById("status");
   status.textContent = s.status;
   status.className = `badge ${s.status}`;
+  // A sweep run with defect switches compiled in is a demonstration, not a verdict on the kernels.
+  const defects = (s.request && s.request.defects) || [];
+  const defectsBadge = document.getElementById("defects");
+  defectsBadge.hidden = !defects.length;
+  defectsBadge.textContent = defects.length ? `defects compiled in: ${defects.join(", ")}` : "";
   const pct = s.configs_total ? (100 * s.configs_done) / s.configs_total : 0;
   document.getElementById("progress-bar").style.width = `${pct.toFixed(1)}%`;
   document.getElementById("progress-text").textContent = `${s.configs_done} / ${s.configs_total} configs done`;
@@ -141,17 +146,26 @@ function clusterCard(c, i) {
   const smallest = c.minimal_config || c.example_config;
   const copy = copyButton({ id: `cluster-${i + 1}`, reproducer: c.reproducer });
   copy.classList.add("copy-cluster");
-  return el("article", { class: "cluster", "data-cluster": i + 1 },
-    el("h3", {}, el("b", { class: "cluster-size" }, `${c.size} failing`), " ", badge(c.signature.outcome), " ",
-      el("code", {}, signatureLabel(c.signature))),
+  return el("article", { class: "cluster", "data-cluster": i + 1, id: `bug-${i + 1}` },
+    el("h3", {}, el("span", { class: "bug-number" }, `bug ${i + 1}`), " · ",
+      el("b", { class: "cluster-size" }, `${c.size} failing`), " ", badge(c.signature.outcome), " ",
+      el("code", {}, signatureLabel(c.signature)), " ",
+      el("a", { class: "bug-filter", href: "#failures-section", onclick: () => showBug(i + 1) }, "its failures")),
     el("p", { class: "explanation" }, c.explanation.summary),
     el("dl", { class: "cluster-facts" },
       el("dt", {}, "symptoms"), el("dd", { class: "signatures" }, symptoms(c)),
       el("dt", {}, "classification"), el("dd", { class: "classification" }, kind || "–"),
       el("dt", {}, "first bad commit"), el("dd", { class: "first-bad" }, firstBad(c)),
       el("dt", {}, c.minimal_config ? "minimal config" : "smallest member"),
-      el("dd", {}, el("code", { class: "minimal-config" }, JSON.stringify(smallest)))),
+      el("dd", {}, el("code", { class: "minimal-config" }, JSON.stringify(smallest, (k, v) => (v === null ? undefined : v))))),
     c.reproducer ? el("div", { class: "cluster-reproducer" }, copy, el("pre", { class: "reproducer" }, c.reproducer)) : null);
+}
+
+// The failure table filtered to one bug (GET /sweeps/{id}/failures?bug=N).
+function showBug(n) {
+  state.filters.set("bug", String(n));
+  state.offset = 0;
+  refresh();
 }
 
 async function loadClusters() {
@@ -175,6 +189,7 @@ async function loadClusters() {
     stateLine.textContent = "";
     stateLine.hidden = true;
     box.replaceChildren(...report.clusters.map(clusterCard));
+    if (clustersShown !== null && clustersShown !== "done") loadFailures();  // rows gain their bug numbers
   } else {
     summary.textContent = "";
     stateLine.hidden = false;
@@ -296,6 +311,7 @@ function failureRow(r) {
     el("pre", { class: "reproducer" }, r.reproducer || ""));
   return el("tr", { "data-seq": r.seq, "data-id": r.id },
     el("td", {}, r.seq),
+    el("td", { class: "bug" }, r.bug ? el("a", { href: `#bug-${r.bug}` }, String(r.bug)) : "–"),
     el("td", {}, badge(r.outcome)),
     el("td", {}, r.failed_gate || "–"),
     el("td", {}, c.dtype),
@@ -330,7 +346,7 @@ async function loadFailures() {
   if (ticket !== latest.failures) return;
   showProblems(null);
   tbody.replaceChildren(...(body.data.length ? body.data.map(failureRow)
-    : [el("tr", {}, el("td", { colspan: 10, class: "muted" }, "no failures match"))]));
+    : [el("tr", {}, el("td", { colspan: 11, class: "muted" }, "no failures match"))]));
   document.getElementById("failure-count").textContent = `(${body.count} matching)`;
   document.getElementById("range").textContent = body.count ? `${state.offset + 1}–${state.offset + body.data.length} of ${body.count}` : "";
   document.getElementById("prev").disabled = state.offset === 0;

@@ -33,6 +33,8 @@ function row(s) {
     el("td", {}, badge(s.status)),
     el("td", {}, progress(s.configs_done, s.configs_total)),
     outcomesCell(s.outcomes),
+    el("td", { class: "bugs" }, s.bugs === null || s.bugs === undefined ? el("span", { class: "muted" }, "–")
+      : el("a", { href: `/dashboard/sweeps/${s.id}#clusters-panel` }, `${s.bugs} bug${s.bugs === 1 ? "" : "s"}`)),
     el("td", { class: "rate" }, fmtRate(failureRate(s.outcomes, FAILING))),
     reasonsCell(s.filtered),
     el("td", {}, fmtTime(s.started_at)),
@@ -47,7 +49,7 @@ async function load() {
     const body = await api("/sweeps", params);
     showProblems(null);
     document.querySelector("#sweeps tbody").replaceChildren(
-      ...(body.data.length ? body.data.map(row) : [el("tr", {}, el("td", { colspan: 9, class: "muted" }, "no sweeps"))]));
+      ...(body.data.length ? body.data.map(row) : [el("tr", {}, el("td", { colspan: 10, class: "muted" }, "no sweeps"))]));
     document.getElementById("range").textContent =
       body.count ? `${state.offset + 1}–${state.offset + body.data.length} of ${body.count}` : "";
     document.getElementById("prev").disabled = state.offset === 0;

@@ -19,6 +19,25 @@ def test_clusters_of_a_triaged_sweep(client, settings):
     assert c["explanation"]["conditions"] == ["causal=true"] and c["classification"]["kind"] == "deterministic"
     assert c["minimal_config"]["causal"] is True and c["reproducer"].startswith("attnsweep verify")
     assert c["first_bad_commit"] is None and c["size"] == len(c["config_hashes"])
+    assert c["reproducer_signature"] == c["signature"]   # run once made, it failed as the bug is named
+
+
+def test_failures_carry_their_bug_and_filter_by_it_and_sweeps_count_their_bugs(client, settings):
+    sweep_id = run_sweep(settings.database_url, SweepSpec(samples=60, seed=5, backend="cpu", ranges=RANGES),
+                         backend="cpu", device_total_memory=None, device=None,
+                         defects=frozenset({"causal_off_by_one"}), triage=True)
+    untriaged = client.post("/sweeps", json={"configs": [BASE], "backend": "cpu"}).json()["id"]
+    [bug] = client.get(f"/sweeps/{sweep_id}/clusters").json()["clusters"]
+    rows = client.get(f"/sweeps/{sweep_id}/failures", params={"limit": 500}).json()
+    assert rows["count"] == bug["size"] and {r["bug"] for r in rows["data"]} == {1}
+    only = client.get(f"/sweeps/{sweep_id}/failures", params={"bug": 1, "limit": 500}).json()
+    assert sorted(r["config_hash"] for r in only["data"]) == sorted(bug["config_hashes"])
+    beyond = client.get(f"/sweeps/{sweep_id}/failures", params={"bug": 2})
+    assert beyond.status_code == 422 and f"sweep {sweep_id} has 1 bug" in beyond.text
+    assert client.get(f"/sweeps/{untriaged}/failures", params={"bug": 1}).status_code == 422
+    listed = {s["id"]: s["bugs"] for s in client.get("/sweeps").json()["data"]}
+    assert listed[sweep_id] == 1 and listed[untriaged] is None
+    assert client.get(f"/sweeps/{sweep_id}").json()["bugs"] == 1
 
 
 def test_clusters_of_a_queued_sweep_are_pending_and_an_unknown_sweep_is_404(client):

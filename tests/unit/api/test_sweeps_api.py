@@ -243,5 +243,6 @@ def test_sanitize_picks_a_share_of_every_kernel_variant_and_is_refused_where_no_
     for backend, rule in (("cpu", "the cpu backend emulates the kernels"), ("hip", "unsupported on hip")):
         bad = client.post("/sweeps", json={"samples": 2, "backend": backend, "sanitize": "memcheck"})
         assert bad.status_code == 422 and rule in _problems(bad)["sanitize"], bad.text
+        assert "--" not in _problems(bad)["sanitize"], bad.text   # a REST caller has no CLI options
     bad = client.post("/sweeps", json={"samples": 2, "backend": "cuda", "sanitize": "memcheck", "sanitize_share": 1.5})
     assert bad.status_code == 422 and "sanitize_share" in _problems(bad)

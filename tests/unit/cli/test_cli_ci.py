@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -44,6 +45,10 @@ def test_failing_outcomes_exit_1_and_junit_lists_them(broken_sweep):
     cases = root.findall(".//testcase")
     assert len(cases) == 8 and len([c for c in cases if c.find("failure") is not None]) == failing
     assert all("reproducer: attnsweep verify" in c.find("failure").text for c in cases if c.find("failure") is not None)
+    messages = [c.find("failure").get("message") for c in cases if c.find("failure") is not None]
+    # The gate is named once: "row: out_row_err=... > ...", never "row: row: ...".
+    assert any(re.search(r"\b(rms|row|lse): out_", m) for m in messages), messages
+    assert not [m for m in messages if re.search(r"\b(rms|row|lse|partials|err_ratio): \1:", m)], messages
 
 
 def test_fail_on_names_the_outcomes_that_count(tmp_path):
@@ -109,8 +114,8 @@ def test_version():
     (["run", "--backend", "cpu", "--range", "g=abc"], "error: range: --range 'g=abc': expected NAME=LO:HI with integers"),
     (["run", "--backend", "cpu", "--fail-on", "fail,bogus"], "error: --fail-on 'fail,bogus': unknown outcome 'bogus'"),
     (["run", "--backend", "cpu", "--junit-xml", "/nonexistent-34/j.xml"], "error: --junit-xml: the folder '/nonexistent-34' does not exist"),
-    (["failures", "--db", "/tmp/nonexistent-34.db"], "error: --db: no SQLite store at '/tmp/nonexistent-34.db'"),
-    (["failures", "--outcome", "pass", "--db", "/tmp/nonexistent-34.db"], "error: --db: no SQLite store"),
+    (["failures", "--db", "/tmp/nonexistent-34.db"], "error: --db: no database at '/tmp/nonexistent-34.db'"),
+    (["failures", "--outcome", "pass", "--db", "/tmp/nonexistent-34.db"], "error: --db: no database at"),
 ])
 def test_user_mistakes_are_one_line_exit_2(args, line, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -143,6 +143,6 @@ def test_reproducer_reproduces_the_verdict(sqlite_url, tmp_path):
 
     argv = shlex.split(stored[1])
     assert argv[:2] == ["attnsweep", "verify"]
-    proc = attnsweep(*argv[1:], check=False)
+    proc = attnsweep(*argv[1:], "--json", check=False)
     out = json.loads(proc.stdout)
     assert out["outcome"] == stored[0] and out["gates"] == stored[2]

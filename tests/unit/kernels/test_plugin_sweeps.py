@@ -120,5 +120,5 @@ def test_the_c_abi_example_is_built_and_swept(host_library, tmp_path):
     assert any(json.loads(r["config"])["split_kv"] > 1 for r in results)
     assert {(r["kernel"], r["kernel_version"]) for r in results} == {("c-abi-splitkv-host", "1")}
     passing = next(r for r in results if r["outcome"] == "pass")
-    verify = attnsweep(*shlex.split(passing["reproducer"])[1:])
+    verify = attnsweep(*shlex.split(passing["reproducer"])[1:], "--json")
     assert verify.returncode == 0 and json.loads(verify.stdout)["kernel"] == "c-abi-splitkv-host", verify.stderr

@@ -133,7 +133,7 @@ def test_triage_runs_locate_as_the_sweep_did_so_shrinking_keeps_the_combine():
     assert hang.signature.label() == "timeout/-/combine", hang.detail
 
 
-def test_the_h100_race_is_one_cluster_at_the_combine_where_the_families_make_two():
+def test_the_h100_race_is_one_cluster_at_the_combine_and_one_without_the_metrics_that_locate_it():
     stored = json.loads(gzip.decompress(H100_RACE.read_bytes()))["rows"]
     rows = [ResultRow(parse_config(r["config"]), r["outcome"], r["failed_gate"], r["variant"], r["block_n"],
                       r["metrics"], r["gates"], r["detail"]) for r in stored]
@@ -146,9 +146,9 @@ def test_the_h100_race_is_one_cluster_at_the_combine_where_the_families_make_two
     race = clusters[0]
     assert race.size == 85 and race.signatures == {"nan/rms/combine": 62, "fail/rms/combine": 18, "fail/row/combine": 5}
     assert "split_kv>1" in race.explanation.conditions, race.explanation.text
-    # Without the metrics that locate them, the same rows split by family: a race's draws give
-    # each family's groups conditions that no one condition fits across families (grouped and
-    # mma join, rowwise stays apart).
+    # Without the metrics that locate them, each family's failures are a group of their own, and
+    # the draws give each its own second condition; the condition their explanations share
+    # (empty_split) joins them all the same.
     by_family = cluster_results([ResultRow(r.config, r.outcome, r.failed_gate, r.variant, r.block_n) for r in rows])
-    assert len(by_family) == 2 and {c.signature.location for c in by_family} == {"rowwise", "grouped"}
-    assert sum(c.size for c in by_family) == 85
+    assert len({r.signature.location for c in by_family for r in c.members}) == 3
+    assert len(by_family) == 1 and by_family[0].size == 85, [(c.size, c.explanation.text) for c in by_family]

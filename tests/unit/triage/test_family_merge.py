@@ -82,9 +82,10 @@ def test_a_fault_no_detail_attributes_is_one_cluster_across_families():
     assert clusters[0].explanation.conditions == ["split_kv>1"], clusters[0].explanation.text
 
 
-def test_a_cluster_across_families_is_shrunk_as_its_member_failed():
+def test_a_cluster_across_families_is_shrunk_from_a_member_of_its_own_signature():
     # The cluster's own signature is one family's; its cheapest member may have failed in
-    # another, and only that signature can it reproduce.
+    # another. Shrinking starts from the cheapest member that failed with the cluster's own
+    # signature, so the reproducer fails as the bug is named, and the triage checks it does.
     backend = H100Names(frozenset({"floor_blocks_per_split"}))
     rows = _rows(lambda c: backend)
     [joined] = cluster_results(rows)
@@ -94,12 +95,39 @@ def test_a_cluster_across_families_is_shrunk_as_its_member_failed():
                     joined.explanation).example()
     members = [r for r in joined.members if r.signature != joined.signature or rerun_cost(r.config) > rerun_cost(other.config)]
     bug = Cluster(joined.signature, members, joined.explanation)
+    assert min(members, key=lambda r: rerun_cost(r.config)) is other and other.signature != bug.signature
     example = bug.example()
-    assert example is other and example.signature.location != bug.signature.location
+    assert example.signature == bug.signature and rerun_cost(example.config) > rerun_cost(other.config)
     runner = Runner(factory=lambda: backend, time_limit_s=None)
     triage_clusters([bug], runner, max_runs=60, max_seconds=60, seeds=(1,))
     shrunk = parse_config(bug.minimal_config)
     assert shrunk.seq_len_k * shrunk.g <= example.config.seq_len_k * example.config.g
-    assert runner.run(shrunk).signature == example.signature
+    assert runner.run(shrunk).signature == bug.signature == bug.reproducer_signature
     assert bug.classification.kind in ("deterministic", "data_dependent"), bug.classification
     assert bug.classification.same_input_failing == bug.classification.repeats
+
+
+class _ExclusiveKvLength(H100Names):
+    """A kernel bug no defect switch has: the KV-cache length (current_seq_len, inclusive) read
+    as exclusive, so each entry's last valid key is dropped, on every kernel family."""
+
+    def run(self, prepared, config, inputs):
+        if config.current_seq_len is not None:
+            config = config.model_copy(update={"current_seq_len": [x - 1 for x in config.current_seq_len]})
+        return super().run(prepared, config, inputs)
+
+
+def test_family_groups_that_share_the_condition_that_explains_them_are_one_bug():
+    # Each family shows the bug under current_seq_len=true and a second condition of its own
+    # (how its failures come to show: short keys on the grouped path, i8 on the rowwise one);
+    # split by family before, these were "current_seq_len=true and seq_len_k<=16" and
+    # "current_seq_len=true and dtype=i8".
+    configs = sample(SweepSpec(samples=150, seed=1, backend="cpu", ranges={**RANGES, "seq_len_k": [1, 1024]}),
+                     1 << 30).configs
+    backend = _ExclusiveKvLength(frozenset())
+    rows = [ResultRow.of(run_config(c, backend)) for c in configs]
+    failing = [r for r in rows if r.signature.failing]
+    assert all(r.config.current_seq_len is not None for r in failing)
+    assert {family_of(r.variant) for r in failing} >= {"grouped", "rowwise"}
+    [bug] = cluster_results(rows)
+    assert bug.size == len(failing) and "current_seq_len=true" in bug.explanation.conditions, bug.explanation.text

@@ -56,7 +56,7 @@ def test_embedded_sweep_stores_its_clusters_once(sqlite_url):
     assert c["signature"]["outcome"] in ("fail", "nan") and c["size"] == len(c["config_hashes"]) > 0
     minimal = parse_config(c["minimal_config"])
     assert minimal.causal and c["reproducer"].startswith("attnsweep verify --backend cpu")
-    assert minimal.to_json() in c["reproducer"] and "--defect causal_off_by_one" in c["reproducer"]
+    assert minimal.to_compact_json() in c["reproducer"] and "--defect causal_off_by_one" in c["reproducer"]
 
     before = _cluster_rows(sqlite_url, sweep_id)
     assert run_triage(sqlite_url, sweep_id) == "done"       # claimed already: nothing computed again

@@ -54,6 +54,19 @@ def test_two_symptoms_of_one_condition_are_one_cluster():
     assert clusters[0].signatures == {"fail/rms/cpu": 48, "nan/lse/cpu": 11}
 
 
+def test_a_cluster_shrinks_from_a_member_with_its_own_signature():
+    # The cheapest member (seq_len_k=5) failed as nan/lse; the cluster is named fail/rms, so its
+    # reproducer must start from a fail/rms member, or it would fail other than announced.
+    rows = [ResultRow(cfg(seq_len_k=k, causal=True), "fail" if k % 5 else "nan", "rms" if k % 5 else "lse", "cpu_attn")
+            for k in range(5, 60)]
+    rows += [ResultRow(cfg(seq_len_k=k), "pass", None, "cpu_attn") for k in range(1, 60)]
+    [cluster] = cluster_results(rows)
+    assert cluster.signature.label() == "fail/rms/cpu"
+    assert min(cluster.members, key=lambda r: r.config.seq_len_k).signature.label() == "nan/lse/cpu"
+    example = cluster.example()
+    assert example.signature == cluster.signature and example.config.seq_len_k == 6
+
+
 def test_families_are_kernel_paths():
     assert family_of("attn_f16_qk64_v64_n32_m4_t128_grouped_defect-hang") == "grouped"
     assert family_of("attn_f16_qk64_v64_n32_m16_t128_k64_b2_mma") == "mma"
