@@ -28,12 +28,9 @@ def named_database() -> tuple[str, str]:
 
 
 def redacted(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from store.db import redacted_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given
-        return url
+    return redacted_url(url)
 
 
 def database_url(db: Optional[str]) -> str:
@@ -53,14 +50,9 @@ def database_url(db: Optional[str]) -> str:
 
 
 def _check_scheme(url: str, source: str) -> None:
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from store.db import url_backend
 
-    try:
-        backend = make_url(url).get_backend_name()
-    except ArgumentError:
-        backend = None
-    if backend not in SCHEMES:
+    if url_backend(url) not in SCHEMES:
         fail(f"{source} {redacted(url)!r}: must be a SQLite file path, a sqlite:/// URL or a postgresql:// URL")
 
 

@@ -64,17 +64,16 @@ def settings_line(exc: Any) -> str:
 
 def _classify(exc: BaseException) -> tuple[int, str]:
     from pydantic import ValidationError
-    from sqlalchemy import exc as sa_exc
 
     from kernels.backends.base import BackendUnavailable
-    from store.db import is_unreachable
+    from store.db import ArgumentError, DBAPIError, is_unreachable
 
     source, url = named_database()
     if isinstance(exc, ValidationError) and exc.title == "Settings":
         return USAGE, settings_line(exc)
-    if isinstance(exc, sa_exc.ArgumentError):  # NoSuchModuleError included: not a URL SQLAlchemy can open
+    if isinstance(exc, ArgumentError):  # NoSuchModuleError included: not a URL SQLAlchemy can open
         return USAGE, f"{source}: {url!r} is not a database URL: {first_line(exc)}"
-    if isinstance(exc, sa_exc.DBAPIError) and is_unreachable(exc):
+    if isinstance(exc, DBAPIError) and is_unreachable(exc):
         if server_answered(exc):
             return USAGE, f"{source}: cannot open the database {url}: {first_line(exc)}"
         return INFRASTRUCTURE, f"{source}: the database {url} cannot be reached: {first_line(exc)}; try again later"

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
-from cli.common import console, database_url, db_source, existing_database, fail, option_text, redacted
+from cli.common import console, database_url, db_source, fail, option_text, redacted
 from cli.errors import EXIT_STATUS, INFRASTRUCTURE, INTERRUPTED, OneLineErrors, first_line, server_answered
 from cli.options import OPTION_FIELDS, OPTION_NAMES, SweepOptions, build_spec, defect_option, sweep_options
 from cli.failures import app as failures_app
@@ -34,8 +34,7 @@ BACKENDS = ("auto", "cpu", "cuda", "hip", "hostemu")
 def _migrate(url: str, source: str = "--db") -> None:
     """Bring the store to the newest schema. A server that refuses (no such database, bad
     password) is a usage mistake, exit 2; one that cannot be reached is an outage, exit 3."""
-    from sqlalchemy.exc import DBAPIError
-
+    from store.db import DBAPIError
     from store.migrate import upgrade
 
     try:
@@ -255,15 +254,14 @@ def _print_bugs(url: str, sweep_id: int) -> None:
 
 
 def _junit(url: str, sweep_id: int) -> bytes:
-    from sqlalchemy import select
-
     from ci.junit import render
     from ci.status import junit_bugs
     from store.db import session_scope
-    from store.models import ConfigRun, Sweep
+    from store.models import Sweep
+    from store.sweeps import runs_in_order
 
     with session_scope(url) as s:
-        runs = s.scalars(select(ConfigRun).where(ConfigRun.sweep_id == sweep_id).order_by(ConfigRun.seq)).all()
+        runs = list(runs_in_order(s, sweep_id))
         sweep = s.get(Sweep, sweep_id)
         bugs, summary = junit_bugs(s, sweep)
         return render(sweep, runs, bugs=bugs, summary=summary)

@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Iterator
 
 from sqlalchemy import create_engine, event, exc as sa_exc, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -15,6 +15,24 @@ from sqlalchemy.pool import NullPool
 # and any database error.
 IntegrityError = sa_exc.IntegrityError
 DatabaseError = sa_exc.SQLAlchemyError
+DBAPIError = sa_exc.DBAPIError        # the driver's own error (connection refused, no such database)
+ArgumentError = sa_exc.ArgumentError  # not a URL SQLAlchemy can open (NoSuchModuleError included)
+
+
+def redacted_url(url: str) -> str:
+    """The URL with its password hidden; an unparsable one as given."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - shown as given
+        return url
+
+
+def url_backend(url: str) -> str | None:
+    """The database kind a URL names (`sqlite`, `postgresql`), None where it is no database URL."""
+    try:
+        return make_url(url).get_backend_name()
+    except ArgumentError:
+        return None
 
 def connect_timeout_s() -> int:
     """Seconds a new PostgreSQL connection may take (settings.db_connect_timeout_s): with the

@@ -54,6 +54,8 @@ def test_the_tree_keeps_the_contract():
     ("settings/__init__.py", "\nfrom attnconfig import AttentionConfig\n", "settings is not allowed to import attnconfig"),
     ("ci/verdict.py", "\nimport triage.cluster\n", "ci is not allowed to import triage"),
     ("workers/execute.py", "\n\ndef _planted():\n    from harness import free_port\n", "workers.execute -> harness"),
+    ("workers/registry.py", "\n\ndef _planted():\n    from sqlalchemy import select\n",
+     "workers is not allowed to import sqlalchemy"),
 ])
 def test_an_upward_or_sideways_import_breaks_the_contract(tmp_path, module, planted, arrow):
     _copy_tree(tmp_path)
