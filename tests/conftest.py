@@ -8,6 +8,7 @@ without them never passes."""
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -35,6 +36,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # The workers' cache of inputs and references (sweeps/datacache.py) is off unless a test
     # names its folder: a user's setting does not reach the processes a test starts.
     os.environ.pop("ATTNSWEEP_DATA_CACHE", None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The confinement's tests need bubblewrap: on the PATH, or named by ATTNSWEEP_BWRAP (a copy
+    # carried to a machine that has none).
+    if os.environ.get("ATTNSWEEP_BWRAP") or shutil.which("bwrap"):
+        return
+    for item in items:
+        if "needs_bwrap" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="bubblewrap is not installed: apt-get install bubblewrap "
+                                                    "(.ci/run does)"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
