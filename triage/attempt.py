@@ -5,8 +5,9 @@ does (sweeps.runner.run_config, with the sweep policy's gates for that config), 
 config fails for the reason the sweep saw. Three things are added here, for triage only:
 - the digest of what the kernel wrote (O and LSE bytes, NaN payloads included): two runs of the
   same inputs that differ in a bit are not deterministic, even when both pass;
-- a time limit (SIGALRM, in the main thread only: a hanging kernel emulation is Python code
-  that the signal interrupts), so a `hang` defect is a `timeout` instead of a stuck triage;
+- a time limit (isolation.timelimit, a sweep's own, on the config's running time: SIGALRM in
+  the main thread only, since a hanging kernel emulation is Python code that the signal
+  interrupts), so a `hang` defect is a `timeout` instead of a stuck triage;
 - a fresh backend after a run that left it unusable (a sticky device fault poisons it);
 - on the device backends, every run in a child process (triage.child): a GPU's sticky fault
   outlives its backend, and a hung kernel does not return to the signal.
@@ -14,14 +15,12 @@ config fails for the reason the sweep saw. Three things are added here, for tria
 from __future__ import annotations
 
 import hashlib
-import signal
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from attnconfig import AttentionConfig
 from isolation.confined import backend_for, is_shipped
+from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 from kernels.plugins import is_trusted
 from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicable, Prepared, RunOutput
 from kernels.source import KernelSource
@@ -86,28 +85,6 @@ class _Digesting(Backend):
         out = self.inner.run(prepared, config, inputs)
         self.digest = output_digest(out)
         return out
-
-
-class _Expired(BaseException):
-    """The run passed its time limit (a BaseException: no `except Exception` of the run catches it)."""
-
-
-@contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def expire(_signum, _frame):  # noqa: ANN001
-        raise _Expired()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # Backends whose runs go to a child process by default: those that drive a GPU.
@@ -176,9 +153,9 @@ class Runner:
             return value if how == "ok" else unfinished(config, how, value)
         probe = _Digesting(self.backend())
         try:
-            with _time_limit(self.time_limit_s):
+            with time_limit(self.time_limit_s):
                 result = run_config(config, probe, self.gates(config))
-        except _Expired as exc:
+        except ConfigTimeLimitExceeded as exc:
             # A backend stopped in the middle of a run is not trusted with the next one.
             self.close()
             # Its notes say where the limit stopped it, as in a sweep's timeout (workers.executor).

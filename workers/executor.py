@@ -5,7 +5,7 @@ config through `ConfigExecutor.run`, which adds to sweeps.runner.run_config what
 process needs:
 - one backend per (name, defects, source bundle) per process (BackendCache): a variant is
   compiled once;
-- the per-config time limit (workers/timelimit.py): `timeout`, and a watchdog for a kernel that
+- the per-config time limit (isolation/timelimit.py): `timeout`, and a watchdog for a kernel that
   never returns to Python, which hands the caller the `timeout` result and ends the process;
 - device faults: a config whose kernel left a sticky error in the context is stored as `fault`
   and `ConfigResult.poisons_process` is set. The caller stores that result and then ends the
@@ -31,7 +31,7 @@ from sweeps.datacache import DataCache
 from sweeps.result import ConfigResult, unrun_result
 from sweeps.runner import run_config
 from workers.sanitize import run_sanitized
-from workers.timelimit import ConfigTimeLimitExceeded, time_limit
+from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from attnconfig import parse_config
 from kernels.backends.base import LaunchError
 from kernels.backends.cpu import CpuEmulationBackend
 from sweeps.runner import run_config
-from workers.timelimit import ConfigTimeLimitExceeded, time_limit
+from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 
 CONFIGS = [
     dict(dtype="f16", g=2, seq_len_q=3, seq_len_k=300, num_heads_q=4, num_heads_kv=2, head_dim_qk=16,

@@ -13,7 +13,7 @@ from store.db import session_scope
 from store.migrate import upgrade
 from store.models import ConfigRun, Sweep
 from workers.execute import WATCHDOG_EXIT, execute_batch
-from workers.timelimit import ConfigTimeLimitExceeded, time_limit
+from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 
 BASE = dict(dtype="f16", g=1, seq_len_q=8, seq_len_k=64, num_heads_q=2, num_heads_kv=1, head_dim_qk=32, head_dim_v=32)
 # About a second on two cores once warm (more when cold): far over the 50 ms limits below.

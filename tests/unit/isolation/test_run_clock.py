@@ -7,13 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+import pytest
+
+from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = """
 import sys, time
-from workers.timelimit import ConfigTimeLimitExceeded, time_limit
+from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 steps, busy = int(sys.argv[1]), float(sys.argv[2])
 try:
     with time_limit(1.0, 30.0, lambda: print("hard", flush=True)) as clock:
@@ -70,3 +75,25 @@ def test_time_spent_waiting_for_a_cpu_does_not_count():
 
 def test_a_config_that_runs_past_the_limit_still_times_out():
     assert _run(40, stop_s=0) == "timeout"   # 2 s of work
+
+
+def test_without_a_hard_limit_only_the_main_thread_is_stopped():
+    """Triage's use: a soft limit and no watchdog's hard limit. Off the main thread no signal can
+    stop the run, and nothing else does."""
+    with pytest.raises(ConfigTimeLimitExceeded, match="0.05 s"):
+        with time_limit(0.05):
+            time.sleep(2)
+    with time_limit(None) as clock:
+        time.sleep(0.1)
+    assert clock.ran == 0.0   # no limit: nothing ticks
+    finished = []
+
+    def off_main() -> None:
+        with time_limit(0.05):
+            time.sleep(0.3)
+        finished.append(True)
+
+    worker = threading.Thread(target=off_main)
+    worker.start()
+    worker.join(5)
+    assert finished == [True]

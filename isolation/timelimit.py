@@ -1,5 +1,7 @@
-"""The per-config time limit of a worker, on the time the config itself ran: a soft limit that
-raises, and a watchdog behind it.
+"""The time limit of one config's run, on the time the config itself ran: a soft limit that
+raises, and a watchdog behind it. A worker's executor (workers.executor) and triage's runs
+(triage.attempt) both use it; triage sets no hard limit (a hung kernel there runs in a child
+process that its parent kills, triage.child).
 
 The clock is the config's own running time, not the wall clock: a worker frozen (SIGSTOP) or
 swapped out for minutes, or a machine too busy to give it a CPU, must not find its config timed
@@ -14,10 +16,11 @@ while holding the GIL (the tick waits for it, the CPU time goes on) still reache
 At `seconds` of running time the watchdog interrupts the main thread with SIGALRM: Python code
 (and numpy between two calls) stops with `ConfigTimeLimitExceeded`, the worker records
 `timeout` and moves on. Code stuck in C (a kernel that never finishes inside a driver's
-synchronize) never returns to Python; for that the watchdog calls `on_hard_timeout` `grace_s`
-of running time later, which records `timeout` for the config itself and ends the process:
-Celery starts a fresh one and, since the task is acknowledged late and rejected on worker loss,
-delivers the batch again, whose recorded configs are then skipped.
+synchronize) never returns to Python; for that the watchdog calls `on_hard_timeout`, where one
+is given, `grace_s` of running time later. A worker's records `timeout` for the config itself
+and ends the process (workers.executor): Celery starts a fresh one and, since the task is
+acknowledged late and rejected on worker loss, delivers the batch again, whose recorded configs
+are then skipped.
 """
 from __future__ import annotations
 
@@ -71,14 +74,17 @@ class RunClock:
 
 
 @contextmanager
-def time_limit(seconds: float, grace_s: float, on_hard_timeout: Callable[[], None]) -> Iterator[RunClock]:
-    """Raise ConfigTimeLimitExceeded after `seconds` of running time; call `on_hard_timeout`
-    (from the watchdog thread) after `seconds + grace_s`. Yields the clock."""
+def time_limit(seconds: float | None, grace_s: float = 0.0,
+               on_hard_timeout: Callable[[], None] | None = None) -> Iterator[RunClock]:
+    """Raise ConfigTimeLimitExceeded after `seconds` of running time (None or 0: no limit), in
+    the main thread only; call `on_hard_timeout`, if given, (from the watchdog thread) after
+    `seconds + grace_s`. Yields the clock."""
+    seconds = seconds or 0.0
     clock = RunClock(min(TICK_S, max(0.005, seconds / 4)))
-    if seconds <= 0:
+    use_signal = threading.current_thread() is threading.main_thread()
+    if seconds <= 0 or not (use_signal or on_hard_timeout is not None):
         yield clock
         return
-    use_signal = threading.current_thread() is threading.main_thread()
     main_id = threading.get_ident()
     previous = None
     if use_signal:
@@ -95,7 +101,7 @@ def time_limit(seconds: float, grace_s: float, on_hard_timeout: Callable[[], Non
             if use_signal and not soft_sent and ran >= seconds:
                 soft_sent = True
                 signal.pthread_kill(main_id, signal.SIGALRM)
-            if ran >= seconds + grace_s:
+            if on_hard_timeout is not None and ran >= seconds + grace_s:
                 on_hard_timeout()
                 return
 
