@@ -1,7 +1,7 @@
 """The time limit of one config's run, on the time the config itself ran: a soft limit that
 raises, and a watchdog behind it. A worker's executor (workers.executor) and triage's runs
 (triage.attempt) both use it; triage sets no hard limit (a hung kernel there runs in a child
-process that its parent kills, triage.child).
+process that its parent kills, isolation.child).
 
 The clock is the config's own running time, not the wall clock: a worker frozen (SIGSTOP) or
 swapped out for minutes, or a machine too busy to give it a CPU, must not find its config timed

@@ -18,7 +18,7 @@ from settings.secrets import scrub_text
 
 DEFAULT_SQLITE = "sqlite:///attnsweep.db"
 # What a triage run on a GPU may take past its time limit: the 5 s before its child process is
-# killed (triage.child.GRACE_S) and a new process's start (imports, context, compile).
+# killed (isolation.child.GRACE_S) and a new process's start (imports, context, compile).
 TRIAGE_RUN_OVERRUN_S = 15.0
 # Values copied from an example file and never changed: refused wherever a secret is read.
 PLACEHOLDER_SECRETS = frozenset({"changethis", "changeme", "change-me", "secret", "password", "token", "example", "xxx"})

@@ -6,7 +6,7 @@ fails every time, and which commit broke it.
 - explain.py    the conjunction of up to two predicates that best separates a cluster from passes
 - cluster.py    failures grouped by signature, symptoms of one bug merged
 - attempt.py    one real run for triage (signature, output digest, time limit)
-- child.py      attempts in a child process on the device backends (child_main.py: its side)
+- child_main.py the child process of attempts on the device backends (isolation/child.py starts it)
 - shrink.py     greedy delta debugging to a minimal failing config
 - classify.py   deterministic, data-dependent, flaky or nondeterministic
 - bisect.py     the first failing commit of a kernel repository's first-parent history

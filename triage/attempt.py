@@ -9,7 +9,7 @@ config fails for the reason the sweep saw. Three things are added here, for tria
   the main thread only, since a hanging kernel emulation is Python code that the signal
   interrupts), so a `hang` defect is a `timeout` instead of a stuck triage;
 - a fresh backend after a run that left it unusable (a sticky device fault poisons it);
-- on the device backends, every run in a child process (triage.child): a GPU's sticky fault
+- on the device backends, every run in a child process (isolation.child): a GPU's sticky fault
   outlives its backend, and a hung kernel does not return to the signal.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from attnconfig import AttentionConfig
+from isolation.child import ChildRunner
 from isolation.confined import backend_for, is_shipped
 from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 from kernels.plugins import is_trusted
@@ -26,7 +27,6 @@ from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicab
 from kernels.source import KernelSource
 from sweeps.policy import gates_for
 from sweeps.runner import run_config
-from triage.child import ChildRunner
 from triage.signature import Signature, location_of
 
 
@@ -95,7 +95,7 @@ class Runner:
     """Runs configs on one kind of backend (name, defects, source), counting the runs.
 
     `isolate` (default: for the backends of ISOLATED_BACKENDS, unless a `factory` is given) runs
-    each config in a child process (triage.child) instead of this one."""
+    each config in a child process (isolation.child, triage/child_main.py) instead of this one."""
 
     def __init__(self, backend: str = "cpu", defects: frozenset[str] | tuple[str, ...] = frozenset(),
                  source: KernelSource | None = None, *, err_ratio_gate: float | None = None,
@@ -117,7 +117,8 @@ class Runner:
                 and is_trusted(kernel)
         self.child = ChildRunner({"backend": backend, "defects": sorted(self.defects), "kernel": kernel,
                                   "source_files": dict(source.files) if source is not None else None,
-                                  "err_ratio_gate": err_ratio_gate, "time_limit_s": time_limit_s}) if isolate else None
+                                  "err_ratio_gate": err_ratio_gate, "time_limit_s": time_limit_s},
+                                 main="triage.child_main", name="triage") if isolate else None
 
     @property
     def holds_usable_backend(self) -> bool:

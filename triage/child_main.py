@@ -1,4 +1,4 @@
-"""The child process's side of triage.child: settings first, then one (op, config) request
+"""The child process of triage's runs on the device backends (isolation.child): settings first, then one (op, config) request
 after another, each answered with the in-process Runner's result and whether its backend can
 take the next run."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from attnconfig import parse_config
 from kernels.source import KernelSource
 from triage.attempt import Runner
-from triage.child import ChildDied, receive, send
+from isolation.child import ChildDied, receive, send
 
 
 def serve() -> None:

@@ -1,4 +1,4 @@
-"""Triage attempts in a child process (triage/child.py), as the device backends run them: a
+"""Triage attempts in a child process (isolation/child.py, triage/child_main.py), as the device backends run them: a
 fault that poisons the process, a run stuck past its time limit and a dead child each cost that
 child, never the triage or the next attempt. The cpu emulation marks itself poisoned on
 oob_store as a GPU context is after a sticky error, so the replacement is the real one here."""
@@ -13,7 +13,7 @@ import pytest
 from attnconfig import parse_config
 from kernels.backends.base import BackendUnavailable
 from triage.attempt import Runner
-from triage.child import GRACE_S
+from isolation.child import GRACE_S
 
 SPLIT = parse_config(dict(dtype="f16", g=1, seq_len_q=1, seq_len_k=64, num_heads_q=1, num_heads_kv=1,
                           head_dim_qk=16, head_dim_v=16, split_kv=2, return_lse=True))

@@ -1,16 +1,16 @@
-"""Triage attempts in a child process, for backends whose faults outlive the run.
+"""Runs in a child process, for backends whose faults outlive the run.
 
 On a GPU an illegal address stays in the context (every later call of the process fails with
 it, and a new backend in the same process gets the same context), and a hung kernel blocks in a
-driver call that no signal interrupts. So on the device backends every attempt runs in a child
-process, which this one replaces after a run that poisoned it, kills when a run outlives its time
-limit by GRACE_S, and starts again after it died. The runs a child makes are those of an
-in-process triage.attempt.Runner.
+driver call that no signal interrupts. So on the device backends triage (triage.attempt) runs
+every attempt in a child process, which this one replaces after a run that poisoned it, kills
+when a run outlives its time limit by GRACE_S, and starts again after it died. What the child
+runs is its caller's: `python -m MAIN` (triage's: triage.child_main, an in-process
+triage.attempt.Runner), which answers with `send` and `receive`.
 
-The child is a plain `python -m triage.child_main`, not a multiprocessing child: a Celery prefork
-worker is a daemon process, and multiprocessing forbids daemons to have children. It reads
-length-prefixed pickles on stdin and answers on a duplicate of its stdout; anything it prints
-goes to stderr.
+The child is a plain subprocess, not a multiprocessing child: a Celery prefork worker is a
+daemon process, and multiprocessing forbids daemons to have children. It reads length-prefixed
+pickles on stdin and answers on a duplicate of its stdout; anything it prints goes to stderr.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _read_exactly(fd: int, n: int, deadline: float | None) -> bytes:
             raise TimeoutError()
         chunk = os.read(fd, left)
         if not chunk:
-            raise ChildDied("the triage child process closed its pipe")
+            raise ChildDied("the child process closed its pipe")
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
@@ -64,10 +64,13 @@ def receive(fd: int, deadline: float | None = None) -> Any:
 
 
 class ChildRunner:
-    """Runs attempts in a child process that holds an in-process Runner with these settings."""
+    """Runs requests in a child process, `python -m main`, that gets these settings first; `name`
+    says whose child it is in what a failure reports."""
 
-    def __init__(self, settings: dict[str, Any]):
+    def __init__(self, settings: dict[str, Any], *, main: str, name: str):
         self.settings = settings
+        self.main = main
+        self.name = name
         self._proc: subprocess.Popen | None = None
         self.started = 0  # child processes started, for the record and the tests
 
@@ -83,9 +86,9 @@ class ChildRunner:
         if self._proc is not None and self._proc.poll() is not None:  # died between runs: not a run's fault
             self.close()
         if self._proc is None:
-            # The packages beside triage/ importable whatever the working directory.
+            # The packages beside isolation/ importable whatever the working directory.
             path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-            proc = subprocess.Popen([sys.executable, "-m", "triage.child_main"], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-m", self.main], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": path})
             self._proc, self.started = proc, self.started + 1
             try:
@@ -93,7 +96,7 @@ class ChildRunner:
                 answer = receive(proc.stdout.fileno(), time.monotonic() + START_S)
             except (TimeoutError, ChildDied, BrokenPipeError) as exc:
                 self.close()
-                raise ChildDied(f"the triage child process did not start: {exc or 'no answer'}") from None
+                raise ChildDied(f"the {self.name} child process did not start: {exc or 'no answer'}") from None
             if answer[0] != "ready":
                 self.close()
                 kind, message = answer[1], answer[2]
@@ -110,12 +113,12 @@ class ChildRunner:
         except TimeoutError:
             self.close()
             return "timeout", (f"exceeded the time limit of {self.time_limit_s:g} s and did not stop within "
-                               f"{GRACE_S:g} s more: the triage child process was killed")
+                               f"{GRACE_S:g} s more: the {self.name} child process was killed")
         except (ChildDied, BrokenPipeError):
             code = self.close()
-            return "died", f"the triage child process died (exit status {code})"
+            return "died", f"the {self.name} child process died (exit status {code})"
         if answer[0] == "raise":
-            raise RuntimeError(f"triage child: {answer[1]}: {answer[2]}")
+            raise RuntimeError(f"{self.name} child: {answer[1]}: {answer[2]}")
         value, poisoned = answer[1], answer[2]
         if poisoned:  # its context is unusable: the next attempt gets a new process
             self.close()
