@@ -122,7 +122,7 @@ def run(
     from cli.report import print_summary, sweep_report
     from cli.progress import progress_bar
     from submit.sweep import SubmitError, run_sweep
-    from workers.sanitize import check_request
+    from isolation.sanitize import check_request
 
     spec = _spec(options)
     failing = _fail_on(fail_on)

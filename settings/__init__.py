@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     # Seconds between the plain progress lines `attnsweep run` writes when stderr is not a
     # terminal (cli/progress.py); a terminal gets a live bar instead.
     progress_interval_s: float = Field(default=10.0, ge=0)
-    # compute-sanitizer for sanitized configs (workers/sanitize.py); unset: the PATH, then the
+    # compute-sanitizer for sanitized configs (isolation/sanitize.py); unset: the PATH, then the
     # CUDA toolkit's bin folder.
     compute_sanitizer: str = ""
 

@@ -12,7 +12,7 @@ process needs:
   process (FAULT_EXIT) before anything else touches the context; its parent (Celery's pool, or
   the embedded pool) starts a fresh process, where the configs not yet stored run;
 - sanitizer runs: a config picked for compute-sanitizer runs in a child process under it
-  (workers/sanitize.py) instead of in this one.
+  (isolation/sanitize.py) instead of in this one.
 
 The caller computes a config's gates once (sweeps.policy.gates_for) and passes them along.
 """
@@ -30,7 +30,7 @@ from kernels.source import KernelSource
 from sweeps.datacache import DataCache
 from sweeps.result import ConfigResult, unrun_result
 from sweeps.runner import run_config
-from workers.sanitize import run_sanitized
+from isolation.sanitize import run_sanitized
 from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 
 log = logging.getLogger(__name__)

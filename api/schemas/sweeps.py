@@ -34,7 +34,7 @@ class SweepCreate(SweepSpec):
     def _configs_or_samples(self) -> "SweepCreate":
         problems = kernel_problems(self.kernel, self.defects)
         if self.sanitize and self.backend in ("cpu", "hip", "hostemu"):
-            from workers.sanitize import check_request
+            from isolation.sanitize import check_request
 
             try:
                 check_request(self.sanitize, self.backend)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.sanitize import check_request, parse_findings
+from isolation.sanitize import check_request, parse_findings
 
 MEMCHECK = """\
 ========= COMPUTE-SANITIZER

@@ -1,7 +1,7 @@
 """Configs run under NVIDIA's compute-sanitizer: memory errors and races the numbers may not show.
 
 A sanitized config runs in a child process, `compute-sanitizer --tool TOOL python -m
-workers.sanitize BACKEND`, which runs it through sweeps.runner.run_config exactly as a worker
+isolation.sanitize BACKEND`, which runs it through sweeps.runner.run_config exactly as a worker
 would and prints its result as one marked JSON line. The sanitizer's findings (an ERROR SUMMARY
 or RACECHECK SUMMARY with a non-zero count) make the config `unsafe`, with the first findings
 in its detail beside the numeric verdict; a config whose kernel faulted stays `fault`. The tool
@@ -97,7 +97,7 @@ def run_sanitized(config: AttentionConfig, backend: "Backend", gates: dict[str, 
                             "sanitize: compute-sanitizer not found (set ATTNSWEEP_COMPUTE_SANITIZER or put the "
                             "CUDA toolkit's bin folder on PATH)")
     cmd = [exe, "--tool", tool, "--print-limit", str(FINDINGS_SHOWN), "--error-exitcode", "0",
-           sys.executable, "-m", "workers.sanitize", name]
+           sys.executable, "-m", "isolation.sanitize", name]
     payload = json.dumps({"config": config.to_dict(), "gates": gates, "defects": sorted(backend.defects),
                           "kernel": backend.device_info().kernel_spec})
     limit = config_time_limit_s * TIME_LIMIT_FACTOR if config_time_limit_s > 0 else None
