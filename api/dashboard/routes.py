@@ -1,7 +1,7 @@
 """The dashboard's pages: HTML shells whose small scripts read the public query endpoints.
 
 Nothing here queries the store: the pages fetch GET /sweeps, /sweeps/{id}, /sweeps/{id}/failures,
-/sweeps/{id}/failure-rates and /ci/commits like any external dashboard. The server only fills
+/sweeps/{id}/failure-rates, /ci/commits, /workers and /metrics like any external dashboard. The server only fills
 in the lists of fields the endpoints accept, so the pages offer exactly what the API takes.
 """
 from __future__ import annotations
@@ -74,6 +74,12 @@ def read_compare_page(request: Request, sweeps: str = "") -> HTMLResponse:
     """Sweeps of several kernels side by side (GET /compare)."""
     return templates.TemplateResponse(request, "compare.html", {
         "page": "compare", "sweeps": sweeps[:200], "page_data": {"outcomes": list(OUTCOMES)}})
+
+
+@pages.get("/workers")
+def read_workers_page(request: Request) -> HTMLResponse:
+    """Workers and queues: what GET /workers and GET /metrics know."""
+    return templates.TemplateResponse(request, "workers.html", {"page": "workers"})
 
 
 @pages.get("/sweeps", response_class=RedirectResponse)
