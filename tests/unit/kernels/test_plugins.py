@@ -161,6 +161,8 @@ def test_a_reproducer_names_the_kernel_and_reproduces_the_verdict():
     assert words[:5] == ["attnsweep", "verify", "--kernel", "torch-sdpa:math", "--backend"]
     done = CliRunner().invoke(app, words[1:])
     assert done.exit_code == 0, done.output
+    assert done.stdout.startswith("pass: ")   # verify's one-line verdict
+    done = CliRunner().invoke(app, [*words[1:], "--json"])
     answer = json.loads(done.stdout)
     assert (answer["outcome"], answer["kernel"]) == ("pass", "torch-sdpa:math")
     ours = run_config(config(), kernel_backend("attnsweep", "cpu"))
