@@ -70,7 +70,12 @@ class KernelSource:
         """Defect names (lower case) left defined by `#define ATTN_DEFECT_X` / `#undef` lines.
 
         Mirrors the kernels' `#ifdef ATTN_DEFECT_X`: defined with any value (0 included) is on.
+        Read once per source: a device backend asks for every config it launches.
         """
+        return self._defect_switches
+
+    @cached_property
+    def _defect_switches(self) -> frozenset[str]:
         on: set[str] = set()
         for text in (self.entry_text, *(self.headers[n] for n in sorted(self.headers))):
             for directive, name in _DIRECTIVE.findall(_strip_comments(text)):

@@ -85,17 +85,6 @@ def nan_fill_pattern(dtype: np.dtype) -> tuple[int, int]:
     raise ValueError(f"no NaN pattern for {dtype}")
 
 
-_COMBINE_SWITCHED: dict[str, bool] = {}
-
-
-def _switches_combine_defect(source: KernelSource) -> bool:
-    """Whether the source #defines a defect of the combine kernel (memoized by its hash: read
-    for every config)."""
-    if source.hash not in _COMBINE_SWITCHED:
-        _COMBINE_SWITCHED[source.hash] = bool(COMBINE_DEFECTS & source.defect_switches())
-    return _COMBINE_SWITCHED[source.hash]
-
-
 @dataclass
 class LoadedVariant:
     """A variant loaded on the device: its module and the two functions."""
@@ -206,7 +195,7 @@ class DeviceBackend(Backend, abc.ABC):
         combines itself (fuse_combine and fuses_combine); 0: the combine kernel runs."""
         # A combine defect #defined in the source (a bundle's switches) lives in the combine
         # kernel as one passed as an option does: the variant runs it, not the fused combine.
-        if not self.fuse_combine or _switches_combine_defect(self.source):
+        if not self.fuse_combine or COMBINE_DEFECTS & self.source.defect_switches():
             return 0
         return fused_combine_counters(config, variant) if fuses_combine(config, variant) else 0
 

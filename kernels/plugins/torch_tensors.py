@@ -63,7 +63,7 @@ def additive_mask(c: AttentionConfig, inputs: dict[str, Any], dtype: Any, device
 
 
 class Timer:
-    """The device time of the work inside it (CUDA events), or the wall time on the CPU."""
+    """Times the code of its `with` block: CUDA events on a GPU, the wall clock on the CPU."""
 
     def __init__(self, device: str):
         self.device = device
