@@ -17,14 +17,14 @@ This module stores what triage computed; it imports nothing of triage/, which si
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any, Mapping
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from store.models import Bisection, Cluster, ConfigRun
-from store.repo import now
+from store.repo import aware, now
 
 STATUSES = ("queued", "running", "done", "error")
 ACTIVE = ("queued", "running")
@@ -75,7 +75,7 @@ def claim(session: Session, bisection_id: int, *, stale_after_s: float) -> int |
     if row is None:
         return None
     beat = row.heartbeat_at or row.started_at
-    stale = row.status == "running" and (beat is None or _aware(beat) < now() - timedelta(seconds=stale_after_s))
+    stale = row.status == "running" and (beat is None or aware(beat) < now() - timedelta(seconds=stale_after_s))
     if row.status != "queued" and not stale:
         return None
     t = now()
@@ -146,7 +146,7 @@ def requeue_stale(session: Session, stale_after_s: Any) -> list[int]:
     out = []
     for row in session.scalars(select(Bisection).where(Bisection.status == "running")):
         beat = row.heartbeat_at or row.started_at
-        if beat is None or _aware(beat) < now() - timedelta(seconds=stale_after_s(row)):
+        if beat is None or aware(beat) < now() - timedelta(seconds=stale_after_s(row)):
             # The claim stays counted in `attempts`: the dead worker's token no longer holds it.
             row.status, row.enqueued_at = "queued", None
             out.append(row.id)
@@ -167,7 +167,3 @@ def bisection_public(row: Bisection) -> dict[str, Any]:
         "created_at": row.created_at,
         "started_at": row.started_at, "finished_at": row.finished_at,
     }
-
-
-def _aware(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)

@@ -19,14 +19,14 @@ triage/, which sits above the store.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from store.models import Bisection, Cluster, Sweep, SweepTriage
-from store.repo import ACTIVE_STATUSES, now
+from store.repo import ACTIVE_STATUSES, aware, now
 
 STATUSES = ("none", "pending", "running", "done", "failed")
 MAX_ERROR = 2000  # characters of a failed triage's reason kept
@@ -64,7 +64,7 @@ def claim_triage(session: Session, sweep_id: int, *, stale_after_s: float, force
         session.add(SweepTriage(sweep_id=sweep_id, status="running", started_at=now()))
         session.flush()
         return True
-    stale = row.status == "running" and (row.started_at is None or _aware(row.started_at) < now() - timedelta(seconds=stale_after_s))
+    stale = row.status == "running" and (row.started_at is None or aware(row.started_at) < now() - timedelta(seconds=stale_after_s))
     if row.status == "pending" or stale or force:
         row.status, row.started_at, row.finished_at, row.error = "running", now(), None, None
         session.flush()
@@ -200,9 +200,3 @@ def clusters_report(session: Session, sweep_id: int) -> dict[str, Any]:
         of = {(b.cluster_rank, b.cluster_signature): b for b in _bisections(session, sweep_id)}
         clusters = [cluster_public(c, of.get((c.rank, c.signature))) for c in stored_clusters(session, sweep_id)]
     return {"status": status, "error": row.error if row is not None else None, "clusters": clusters}
-
-
-def _aware(t: datetime) -> datetime:
-    from datetime import timezone
-
-    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)

@@ -6,14 +6,14 @@ publications. Only sweeps of the service (`queue` set) are touched: an embedded 
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from store.models import ConfigRun, Sweep
-from store.repo import ACTIVE_STATUSES, now
+from store.repo import ACTIVE_STATUSES, aware, now
 
 
 def _live(*where: Any) -> tuple[Any, ...]:
@@ -96,9 +96,9 @@ def stuck_sweeps(session: Session, after_s: float) -> list[int]:
         .group_by(Sweep.id, Sweep.created_at)).all()
     out = []
     for sid, created, queued, last_result, last_publish, unpublished in stats:
-        moments = [_aware(t) for t in (created, last_result, last_publish) if t is not None]
+        moments = [aware(t) for t in (created, last_result, last_publish) if t is not None]
         idle = max(moments) < cutoff if moments else True
-        if queued == 0 or idle or (unpublished and _aware(created) < cutoff):
+        if queued == 0 or idle or (unpublished and aware(created) < cutoff):
             out.append(sid)
     return out
 
@@ -114,12 +114,7 @@ def stalled_seconds(session: Session) -> float:
         .where(*_live())
         .group_by(Sweep.id, Sweep.created_at)
         .having(func.count(ConfigRun.id).filter(ConfigRun.state == "queued") > 0)).all()
-    moments = [_aware(t) for row in rows for t in row if t is not None]
+    moments = [aware(t) for row in rows for t in row if t is not None]
     if not moments:
         return 0.0
     return max(0.0, (now() - max(moments)).total_seconds())
-
-
-def _aware(t: Any) -> Any:
-    """SQLite hands back naive datetimes (UTC); PostgreSQL aware ones."""
-    return t.replace(tzinfo=timezone.utc) if t is not None and t.tzinfo is None else t

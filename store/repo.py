@@ -19,6 +19,11 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def aware(t: datetime) -> datetime:
+    """A stored time as UTC: SQLite hands back naive datetimes, PostgreSQL aware ones."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+
+
 def config_columns(c: AttentionConfig) -> dict[str, Any]:
     """The config as ConfigRun columns (fields plus the derived ones queries group by)."""
     return {
