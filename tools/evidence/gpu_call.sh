@@ -37,6 +37,10 @@
 #                           hanging kernel), then pytest tests/unit/isolation
 #   sweep-confined (330)    sweep-confined.{log,json}: bench/sweep.py --confined, 2,000 configs: the warm
 #                           sweep, then the same with every kernel confined, and the ratio
+#   triage-exclusive (120) triage.txt, triage.jsonl: as triage:, for a bug no switch has, planted for
+#                           the step in the call's copy of attention.hip and taken out after: the
+#                           KV-cache length (current_seq_len, inclusive) read as exclusive, in the split
+#                           range every kernel family computes
 #   worker-triage:SWITCH (200)
 #                           worker-triage.txt, worker-triage.jsonl, worker-N.log: the same
 #                           switch through the service instead of the CLI: Redis (carried in .redis:
@@ -79,7 +83,7 @@ for arg in "$@"; do
         regimes) STEPS+=(env regimes regime-defects) ;;
         triage) STEPS+=(env); for d in $NUMERIC; do STEPS+=("triage:$d"); done ;;
         triage-faults) STEPS+=(env); for d in $FAULTS; do STEPS+=("triage:$d"); done ;;
-        env|pytest|kernels-f16|kernels-bf16|sweep|mma-space|prefill|ncu|regimes|regime-defects|confined|sweep-confined|triage:*|worker-triage:*)
+        env|pytest|kernels-f16|kernels-bf16|sweep|mma-space|prefill|ncu|regimes|regime-defects|confined|sweep-confined|triage:*|triage-exclusive|worker-triage:*)
             STEPS+=("$arg") ;;
         *) echo "unknown step or part $arg (the header lists them)" >&2; exit 2 ;;
     esac
@@ -101,7 +105,7 @@ limit() {
         env) echo 30 ;; pytest) echo 170 ;; kernels-f16) echo 90 ;; kernels-bf16) echo 70 ;;
         sweep) echo 160 ;; mma-space) echo 80 ;; prefill) echo 110 ;; ncu) echo 80 ;;
         regimes) echo 300 ;; regime-defects) echo 300 ;; triage:hang|triage:missing_barrier) echo 240 ;; triage:*) echo 90 ;;
-        worker-triage:*) echo 200 ;; confined) echo 200 ;; sweep-confined) echo 330 ;;
+        worker-triage:*) echo 200 ;; confined) echo 200 ;; sweep-confined) echo 330 ;; triage-exclusive) echo 120 ;;
     esac
 }
 
@@ -181,6 +185,18 @@ run_step() {
             --max-seconds "${TRIAGE_SECONDS:-20}" \
             "${limit[@]}" --json > /tmp/t.json 2>> "$W/triage.txt"
         triage_line "$d" /tmp/t.json >> "$W/triage.jsonl" 2>> "$W/triage.txt" ;;
+    triage-exclusive)
+        local src=kernels/src/attention.hip begin=$SECONDS
+        cp "$src" /tmp/attention.hip.orig
+        sed -i 's/current_seq_len ? current_seq_len\[b\] : sk - 1;/current_seq_len ? current_seq_len[b] - 1 : sk - 1;/' "$src"
+        rm -f /tmp/t.db* /tmp/t.json
+        { echo "== exclusive_kv_len"; diff /tmp/attention.hip.orig "$src"; } >> "$W/triage.txt"
+        timeout $((t / 2)) python3 -m cli run --backend cuda --samples 300 --seed 7 --jobs 16 --no-triage \
+            --db /tmp/t.db >> "$W/triage.txt" 2>&1
+        timeout $((t - (SECONDS - begin))) python3 -m cli triage 1 --db /tmp/t.db --max-clusters 2 \
+            --max-seconds "${TRIAGE_SECONDS:-20}" --json > /tmp/t.json 2>> "$W/triage.txt"
+        triage_line exclusive_kv_len /tmp/t.json >> "$W/triage.jsonl" 2>> "$W/triage.txt"
+        cp /tmp/attention.hip.orig "$src" ;;
     worker-triage:*)
         # WT_QUEUE=cpu WT_BACKEND=cpu runs the same step on a machine without a GPU.
         local d=${1#worker-triage:} begin=$SECONDS n=${#DONE[@]}
