@@ -19,12 +19,14 @@ pytestmark = pytest.mark.needs_bwrap
 
 LIMITS = Limits(cpu_s=30, memory_bytes=1 << 30, file_bytes=1 << 20, processes=64, tmp_bytes=64 << 20)
 ROOT = Path(__file__).resolve().parents[3]
+# The bubblewrap the product would use: on the PATH, or named by ATTNSWEEP_BWRAP where the host has none.
+BWRAP = os.environ.get("ATTNSWEEP_BWRAP") or "bwrap"
 
 
 def confined(code: str, *, limits: Limits = LIMITS, writable: tuple[str, ...] = (), timeout: float = 60,
              parent_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     binds, path = python_paths(("settings",))
-    c = Confinement(limits, 61000, 61000, read_only=tuple(binds), writable=writable,
+    c = Confinement(limits, 61000, 61000, BWRAP, read_only=tuple(binds), writable=writable,
                     env={"PYTHONPATH": os.pathsep.join(path)})
     env = {**os.environ, **(parent_env or {})}
     old = dict(os.environ)
@@ -174,7 +176,7 @@ print(made, flush=True)
 def test_a_confined_process_outlives_the_thread_that_started_it():
     # bubblewrap's --die-with-parent follows the starting thread: popen starts it from one that lasts.
     binds, path = python_paths(("settings",))
-    c = Confinement(LIMITS, 61000, 61000, read_only=tuple(binds), env={"PYTHONPATH": os.pathsep.join(path)})
+    c = Confinement(LIMITS, 61000, 61000, BWRAP, read_only=tuple(binds), env={"PYTHONPATH": os.pathsep.join(path)})
     started: list[subprocess.Popen] = []
 
     def start_then_end() -> None:
