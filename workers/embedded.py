@@ -2,7 +2,7 @@
 
 The embedded mode of `attnsweep run`: no broker, no server. Configs run in `jobs` worker
 processes (one at least: a config that faults must never take the process that stores the
-results with it), each through workers.executor.ConfigExecutor as in a Celery worker. This
+results with it), each through isolation.executor.ConfigExecutor as in a Celery worker. This
 process hands each idle worker its next config, stores the results, one transaction per batch of
 the results that are in (one config, unless the pool finishes them faster than a transaction: its
 last, smallest configs finish hundreds a second), and replaces a worker process that ends:
@@ -41,6 +41,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Callable, Iterator
 
 from attnconfig import parse_config
+from isolation.executor import ConfigExecutor, Limits
+from isolation.unrun import unrun_result
 from kernels.backends.base import Backend
 from kernels.devices import pin_gpu
 from reference import make_inputs
@@ -53,8 +55,7 @@ from store.kernels import note_kernel, sweep_kernel
 from sweeps.datacache import DataCache
 from sweeps.filters import host_cost
 from sweeps.policy import gates_for
-from sweeps.result import ConfigResult, unrun_result
-from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
+from sweeps.result import ConfigResult
 from workers.threads import cap_blas_threads
 
 STORE_BATCH_MAX = 64   # results in one transaction at most
@@ -159,7 +160,6 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
 
         def hard_timeout(result: ConfigResult, i: int = index) -> None:
             send(i, result, True)
-            os._exit(WATCHDOG_EXIT)
 
         result = executor.run(config, gates_for(config), hard_timeout, drawn=drawn)
         drawn = None   # freed before the memory below is read
@@ -170,7 +170,7 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
         result.timings.update(pid=float(os.getpid()), ready_at=ready_at[0], began_at=began, **_memory_mb())
         send(index, result, result.poisons_process)
         if result.poisons_process:
-            os._exit(FAULT_EXIT)
+            executor.fault_exit()
 
 
 def _memory_mb() -> dict[str, float]:
