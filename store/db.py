@@ -133,6 +133,25 @@ def session_scope(url: str) -> Iterator[Session]:
 
 
 @contextmanager
+def unit_of_work(url: str) -> Iterator[Session]:
+    """One session for a run of several steps (`attnsweep run`: plan, execute, triage, report;
+    a triage task), opened once and passed down. Each step commits what it wrote where its
+    transaction ends (`session.commit()`), and rolls back before it goes on after an error; a
+    commit expires what the session holds, so the next step reads the rows as they are now
+    (another process, or a bulk UPDATE, may have changed them). What is left is committed at the
+    end, or rolled back on an exception."""
+    session = Session(get_engine(url))
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+@contextmanager
 def unpooled_session(url: str) -> Iterator[Session]:
     """A transaction on a connection of its own, closed afterwards: safe across fork, where a
     pooled connection inherited by a child would be shared by two processes."""

@@ -50,7 +50,7 @@ from settings import Settings
 from kernels.source import KernelSource
 from store import repo
 from store.bundles import load_bundle
-from store.db import session_scope
+from store.db import Session
 from store.kernels import note_kernel, sweep_kernel
 from sweeps.datacache import DataCache
 from sweeps.filters import host_cost
@@ -372,7 +372,7 @@ def _unrun(config_json: dict, spec: WorkerSpec, outcome: str, detail: str) -> Co
 
 
 def execute_sweep(
-    db_url: str,
+    session: Session,
     sweep_id: int,
     backend_name: str,
     defects: frozenset[str] = frozenset(),
@@ -381,28 +381,30 @@ def execute_sweep(
     gpus: tuple[int, ...] | list[int] = (),
     time_limit_s: float | None = None,
 ) -> None:
-    """Run the sweep's queued configs in `jobs` worker processes and store every result.
+    """Run the sweep's queued configs in `jobs` worker processes and store every result, one
+    commit of `session` (the caller's unit of work, store.db.unit_of_work) per batch.
     `time_limit_s`: the per-config limit (default: the ATTNSWEEP_CONFIG_TIME_LIMIT_S setting)."""
-    with session_scope(db_url) as s:
-        todo = [cfg for _hash, cfg in repo.queued_configs(s, sweep_id)]
-        sanitize = repo.sweep_sanitize(s, sweep_id)
-        source_hash, _commit = repo.sweep_revision(s, sweep_id)
-        kernel = sweep_kernel(s, sweep_id)
-        # A sweep of a stored bundle (a CI sweep run again here) runs that source, confined.
-        source = load_bundle(s, source_hash) if source_hash else None
-        if source_hash and source is None:
-            repo.set_status(s, sweep_id, "failed", error=f"source bundle {source_hash} of this sweep is not in the store")
-            raise LookupError(f"sweep {sweep_id}: source bundle {source_hash} is not in the store")
-        repo.set_status(s, sweep_id, "running")
+    todo = [cfg for _hash, cfg in repo.queued_configs(session, sweep_id)]
+    sanitize = repo.sweep_sanitize(session, sweep_id)
+    source_hash, _commit = repo.sweep_revision(session, sweep_id)
+    kernel = sweep_kernel(session, sweep_id)
+    # A sweep of a stored bundle (a CI sweep run again here) runs that source, confined.
+    source = load_bundle(session, source_hash) if source_hash else None
+    if source_hash and source is None:
+        repo.set_status(session, sweep_id, "failed", error=f"source bundle {source_hash} of this sweep is not in the store")
+        session.commit()
+        raise LookupError(f"sweep {sweep_id}: source bundle {source_hash} is not in the store")
+    repo.set_status(session, sweep_id, "running")
+    session.commit()
     try:
         limits = process_limits(time_limit_s)   # a setting that does not validate fails the sweep
         for batch in _results(todo, backend_name, defects, jobs, tuple(gpus), limits, sanitize, source, kernel):
             t0 = time.perf_counter()
-            with session_scope(db_url) as s:
-                repo.record_results(s, sweep_id, [(r.config_hash, r.to_row(), worker) for r, worker in batch])
-                ran = next((r for r, _w in batch if r.kernel_version), None)
-                if ran is not None:
-                    note_kernel(s, sweep_id, ran.kernel, ran.kernel_version)
+            repo.record_results(session, sweep_id, [(r.config_hash, r.to_row(), worker) for r, worker in batch])
+            ran = next((r for r, _w in batch if r.kernel_version), None)
+            if ran is not None:
+                note_kernel(session, sweep_id, ran.kernel, ran.kernel_version)
+            session.commit()
             # After the rows are written, so not stored; bench/sweep.py reads it through on_result.
             store_s = (time.perf_counter() - t0) / len(batch)
             for result, _worker_name in batch:
@@ -410,9 +412,10 @@ def execute_sweep(
                 if on_result:
                     on_result(result)
     except BaseException as exc:
-        with session_scope(db_url) as s:
-            repo.set_status(s, sweep_id, "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled", error=repr(exc))
+        session.rollback()
+        repo.set_status(session, sweep_id, "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled",
+                        error=repr(exc))
+        session.commit()
         raise
-    with session_scope(db_url) as s:
-        repo.set_status(s, sweep_id, "done")
-
+    repo.set_status(session, sweep_id, "done")
+    session.commit()
