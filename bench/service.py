@@ -195,7 +195,7 @@ class Bench:
 
     # --- 2. end to end -------------------------------------------------------------------------
     def end_to_end(self) -> None:
-        from store.db import session_scope
+        from store.db import session_scope, unit_of_work
         from workers.embedded import execute_sweep
         from store import repo
         from sweeps.plan import plan_sweep
@@ -207,7 +207,8 @@ class Bench:
             with session_scope(self.url) as s:
                 sweep_id = repo.store_plan(s, plan_sweep(spec, device_total_memory=None, device="cpu")).id
             t0 = time.perf_counter()
-            execute_sweep(self.url, sweep_id, "cpu", jobs=jobs)
+            with unit_of_work(self.url) as session:
+                execute_sweep(session, sweep_id, "cpu", jobs=jobs)
             wall = time.perf_counter() - t0
             self.rows.append((f"embedded runner, {jobs} process{'es' if jobs > 1 else ''}, {n} configs",
                               f"{n / wall:.1f} configs/s", f"{wall:.1f} s"))

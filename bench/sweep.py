@@ -53,7 +53,7 @@ from isolation.confined import backend_for
 from kernels import get_backend
 from kernels.source import SRC_DIR, KernelSource, local_source
 from store.bundles import save_bundle
-from store.db import session_scope
+from store.db import session_scope, unit_of_work
 from store.migrate import upgrade
 from store import repo
 from workers.embedded import execute_sweep, start_pool_server
@@ -145,7 +145,8 @@ def run_once(db_url: str, spec: SweepSpec, backend_name: str, jobs: int, total_m
     os.environ.update(env)
     try:
         t0, epoch0 = time.perf_counter(), time.time()
-        execute_sweep(db_url, sweep_id, backend_name, jobs=jobs, on_result=results.append)
+        with unit_of_work(db_url) as session:
+            execute_sweep(session, sweep_id, backend_name, jobs=jobs, on_result=results.append)
         wall = time.perf_counter() - t0
     finally:
         for name, value in saved.items():

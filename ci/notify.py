@@ -105,8 +105,9 @@ def post_not_swept(settings: Settings, repository: str, sha: str, reason: str) -
     return _post(settings, status_url(settings, repository, sha), body, f"commit {sha[:12]}")
 
 
-def sweep_ended(sweep_id: int, url: str | None = None) -> None:
-    """Called by whoever moved the sweep to done, after that commit: the final status."""
+def sweep_ended(sweep_id: int, url: str | None = None, *, session: Session | None = None) -> None:
+    """Called by whoever moved the sweep to done, after that commit: the final status. `session`:
+    the caller's unit of work, where it has one (then `url` is not opened)."""
     from settings import get_settings
     from store.db import session_scope
 
@@ -114,7 +115,13 @@ def sweep_ended(sweep_id: int, url: str | None = None) -> None:
     if not settings.status_token:
         return
     try:
+        if session is not None:
+            post_status(settings, session, sweep_id)
+            session.commit()
+            return
         with session_scope(url or settings.database_url) as s:
             post_status(settings, s, sweep_id)
     except Exception:  # noqa: BLE001 - see the module docstring: never fails the worker
+        if session is not None:
+            session.rollback()
         log.exception("commit status of sweep %s not posted", sweep_id)

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from attnconfig import ConfigError, parse_config
 from cli.common import console, database_url, db_source, fail, option_text, redacted
-from cli.errors import EXIT_STATUS, INFRASTRUCTURE, INTERRUPTED, OneLineErrors, first_line, server_answered
+from cli.errors import EXIT_STATUS, INFRASTRUCTURE, INTERRUPTED, USAGE, OneLineErrors, first_line, server_answered
 from cli.options import OPTION_FIELDS, OPTION_NAMES, SweepOptions, build_spec, defect_option, sweep_options
 from cli.failures import app as failures_app
 from cli.kernels import app as kernels_app
@@ -119,10 +119,12 @@ def run(
 
     Exit status: 0 when no config ended in an outcome of --fail-on, 1 when one did, 2 on a usage
     mistake (the line on stderr names it)."""
-    from cli.report import print_summary, sweep_report
+    from cli.report import print_summary
     from cli.progress import progress_bar
+    from store.db import unit_of_work
+    from submit.report import run_report
     from submit.sweep import SubmitError, run_sweep
-    from isolation.sanitize import check_request
+    from submit.target import probe_target
 
     spec = _spec(options)
     failing = _fail_on(fail_on)
@@ -132,31 +134,9 @@ def run(
     url = database_url(db)
     _migrate(url, db_source(db))  # before the backend starts: a wrong --db is found in a second, not after a compile
     defects = frozenset(options.defects)
-    if (jobs or 0) > 1 or gpus is not None:
-        from workers.embedded import start_pool_server
-
-        start_pool_server()  # its imports overlap the backend's start and the planning below
-    be = _kernel_backend(spec.kernel, spec.backend, defects)
-    info = be.device_info()
-    try:
-        check_request(sanitize, info.backend, sanitize_share)
-    except ValueError as exc:
-        be.close()
-        fail("--" + str(exc).replace("sanitize_share", "sanitize-share"))
-    gpu_list: list[int] = []
-    if gpus is not None:
-        from kernels.devices import resolve_gpus
-
-        try:
-            gpu_list = resolve_gpus(gpus, be.device_count())
-        except ValueError as exc:
-            be.close()
-            fail(f"{exc} (backend {info.backend})")
-    jobs = jobs or max(1, len(gpu_list))
-    if jobs < len(gpu_list):
-        be.close()
-        fail(f"--jobs {jobs}: needs at least one process per --gpus entry ({len(gpu_list)})")
-
+    target = _target(lambda: probe_target(spec.kernel, spec.backend, defects, gpus=gpus, jobs=jobs, sanitize=sanitize,
+                                          sanitize_share=sanitize_share))
+    info = target.info
     stored: list[int] = []  # the sweep id once committed: what an interruption leaves stored
 
     @contextmanager
@@ -164,9 +144,8 @@ def run(
         stored.append(sweep_id)
         kernel = f", kernel {info.kernel} {info.kernel_version}" if spec.kernel != "attnsweep" else ""
         console.print(f"sweep {sweep_id}: seed {spec.resolved_seed()}{kernel}, backend {info.backend} on {info.device}"
-                      + (f", GPUs {','.join(map(str, gpu_list))}, {jobs} processes" if gpu_list else ""),
+                      + (f", GPUs {','.join(map(str, target.gpus))}, {target.jobs} processes" if target.gpus else ""),
                       highlight=False, soft_wrap=True)
-        be.close()
         with progress_bar(console, total, "configs") as advance:
             yield lambda r: advance(r.outcome)
 
@@ -176,26 +155,25 @@ def run(
         yield
 
     t0 = time.perf_counter()
-    try:
-        sweep_id = run_sweep(url, spec, backend=info.backend, device_total_memory=info.total_memory, device=info.device,
-                             defects=defects, sanitize=(sanitize, sanitize_share) if sanitize else None, jobs=jobs,
-                             gpus=gpu_list, time_limit_s=time_limit, started=started, triage=not no_triage,
-                             triaging=triaging, kernel_identity=(info.kernel, info.kernel_version))
-    except SubmitError as exc:
-        be.close()
-        fail(str(exc))
-    except KeyboardInterrupt:
-        be.close()
-        fail(_interrupted(url, stored[0] if stored else None), INTERRUPTED)
-    wall = time.perf_counter() - t0
-    report = sweep_report(url, sweep_id, wall)
-    print_summary(Console(), url, sweep_id, report)
-    if not no_triage:
-        _print_bugs(url, sweep_id)
+    with unit_of_work(url) as session:   # the run's one session: each step commits its own transaction
+        try:
+            sweep_id = run_sweep(session, spec, backend=info.backend, device_total_memory=info.total_memory,
+                                 device=info.device, defects=defects, sanitize=(sanitize, sanitize_share) if sanitize else None,
+                                 jobs=target.jobs, gpus=target.gpus, time_limit_s=time_limit, started=started,
+                                 triage=not no_triage, triaging=triaging, kernel_identity=(info.kernel, info.kernel_version))
+        except SubmitError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            fail(_interrupted(session, stored[0] if stored else None), INTERRUPTED)
+        done = run_report(session, sweep_id, time.perf_counter() - t0, triaged=not no_triage, junit=bool(junit_xml))
+    report = done.report
+    print_summary(Console(), sweep_id, report, done.by_dtype)
+    if done.triage is not None:
+        _print_bugs(done.triage)
     if report_json:
         report_json.write_text(json.dumps(report, indent=2) + "\n")
     if junit_xml:
-        junit_xml.write_bytes(_junit(url, sweep_id))
+        junit_xml.write_bytes(done.junit)
     bad = {o: n for o, n in report["outcomes"].items() if o in failing and n}
     if bad:
         console.print("failing outcomes (--fail-on): " + ", ".join(f"{o} {n}" for o, n in bad.items())
@@ -203,18 +181,13 @@ def run(
         raise typer.Exit(1)
 
 
-def _interrupted(url: str, sweep_id: Optional[int]) -> str:
+def _interrupted(session: Any, sweep_id: Optional[int]) -> str:
     """What an interrupted `run` leaves stored, read back from the store."""
-    from store import repo
-    from store.db import session_scope
-    from store.sweeps import get_sweep
+    from submit.report import stored_state
 
     if sweep_id is None:
         return "interrupted before the sweep was stored: nothing stored"
-    with session_scope(url) as s:
-        status = get_sweep(s, sweep_id).status
-        counts = repo.sweep_counts(s, sweep_id)
-    done, total = counts["configs_done"], counts["configs_total"]
+    status, done, total = stored_state(session, sweep_id)
     if status == "done":
         return (f"interrupted during the triage: sweep {sweep_id} is stored done ({done} configs); "
                 f"`attnsweep triage {sweep_id}` triages it")
@@ -222,49 +195,25 @@ def _interrupted(url: str, sweep_id: Optional[int]) -> str:
             f"`attnsweep failures {sweep_id}` lists what failed so far")
 
 
-def _kernel_backend(kernel: str, backend: str, defects: frozenset[str]) -> Any:
-    """The backend that runs `kernel` (confined where it did not ship); a usage mistake is one line."""
-    from isolation.confined import backend_for
-    from kernels.backends.base import BackendUnavailable
-    from kernels.plugins import KernelSpecError
+def _target(probe: Callable[[], Any]) -> Any:
+    """probe() (submit.target), its refusal one line: a usage mistake, or a device that is not there."""
+    from submit.target import TargetError
 
     try:
-        return backend_for(backend, defects, kernel=kernel)
-    except KernelSpecError as exc:
-        fail(f"--{exc}")
-    except BackendUnavailable as exc:
-        fail(f"--backend {backend}: device unavailable: {exc}", INFRASTRUCTURE)
-    except ValueError as exc:
-        fail(f"--backend {backend}: {exc}")
+        return probe()
+    except TargetError as exc:
+        fail(str(exc), INFRASTRUCTURE if exc.infrastructure else USAGE)
 
 
-def _print_bugs(url: str, sweep_id: int) -> None:
+def _print_bugs(triaged: dict[str, Any]) -> None:
     from cli.triage import bug_lines
-    from store.clusters import clusters_report
-    from store.db import session_scope
 
-    with session_scope(url) as s:
-        triaged = clusters_report(s, sweep_id)
     out = Console(soft_wrap=True)
     if triaged["status"] != "done":
         out.print(f"triage {triaged['status']}: {triaged['error'] or ''}", highlight=False, markup=False)
         return
     for line in bug_lines(triaged["clusters"]):
         out.print(line, highlight=False, markup=False)
-
-
-def _junit(url: str, sweep_id: int) -> bytes:
-    from ci.junit import render
-    from ci.status import junit_bugs
-    from store.db import session_scope
-    from store.models import Sweep
-    from store.sweeps import runs_in_order
-
-    with session_scope(url) as s:
-        runs = list(runs_in_order(s, sweep_id))
-        sweep = s.get(Sweep, sweep_id)
-        bugs, summary = junit_bugs(s, sweep)
-        return render(sweep, runs, bugs=bugs, summary=summary)
 
 
 @app.command()
@@ -315,7 +264,9 @@ def verify(
     from sweeps.runner import run_config
 
     text = option_text(config, "--config")
-    be = _kernel_backend(kernel, backend, frozenset(defect))
+    from submit.target import load_backend
+
+    be = _target(lambda: load_backend(kernel, backend, frozenset(defect)))
     try:
         raw = json.loads(text)
     except json.JSONDecodeError:

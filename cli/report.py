@@ -1,5 +1,4 @@
-"""The sweep report (docs/spec.md §8 keys, and `coverage`: docs/spec.md §6's coverage report) and
-the closing summary tables."""
+"""The closing summary tables of `attnsweep run`, from the report submit.report reads."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,41 +7,10 @@ from rich.console import Console
 from rich.table import Table
 
 from attnconfig.outcomes import OUTCOMES
-from store import repo
-from store.coverage import sweep_coverage
-from store.db import session_scope
-from store.sweeps import backend_that_ran, get_sweep
 from sweeps.coverage import coverage_summary
 
 
-def sweep_report(url: str, sweep_id: int, wall_s: float) -> dict[str, Any]:
-    with session_scope(url) as s:
-        sweep = get_sweep(s, sweep_id)
-        counts = repo.sweep_counts(s, sweep_id)
-        return {
-            "sweep_id": sweep_id,
-            "seed": sweep.seed,
-            "label": sweep.label,
-            "backend": backend_that_ran(s, sweep_id) or sweep.backend,   # auto: the backend that really ran
-            "device": sweep.device,
-            "kernel": sweep.kernel_name or sweep.kernel,
-            "kernel_version": sweep.kernel_version,
-            "configs_total": counts["configs_total"],
-            "configs_run": counts["configs_done"],
-            "workers": repo.results_by_worker(s, sweep_id),
-            "outcomes": counts["outcomes"],
-            "not_applicable_reasons": counts["not_applicable_reasons"],
-            "filtered": counts["filtered"],
-            "splitkv_budget": sweep.splitkv_budget,
-            "wall_s": round(wall_s, 3),
-            "configs_per_s": round(counts["configs_done"] / wall_s, 3) if wall_s > 0 else None,
-            "coverage": sweep_coverage(s, sweep_id),
-        }
-
-
-def print_summary(console: Console, url: str, sweep_id: int, report: dict[str, Any]) -> None:
-    with session_scope(url) as s:
-        by_dtype = repo.outcomes_by_dtype(s, sweep_id)
+def print_summary(console: Console, sweep_id: int, report: dict[str, Any], by_dtype: dict[str, dict[str, int]]) -> None:
     table = Table(title=f"sweep {sweep_id}: outcomes by dtype ({report['backend']}, {report['device']})")
     table.add_column("dtype")
     for o in OUTCOMES:

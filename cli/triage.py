@@ -81,35 +81,35 @@ def triage(
     Exit status: 0 when shown, 1 when the triage failed or a worker is running it, 2 on a
     usage mistake."""
     from store import clusters as stored
-    from store.db import session_scope
+    from store.db import unit_of_work
     from store.models import Sweep
     from triage.sweep import SweepNotFound, clusters_json, triage_sweep
     from settings import get_settings
     from workers.triage import run_triage, triage_bounds
 
     url = existing_database(db)
-    with session_scope(url) as s:
+    with unit_of_work(url) as s:   # the command's one session: each step commits its own transaction
         if s.get(Sweep, sweep) is None:
             fail(f"sweep {sweep}: no such sweep")
         status = stored.triage_status(s, sweep)
-    if no_shrink:
-        try:
-            with session_scope(url) as s:
+        s.commit()
+        if no_shrink:
+            try:
                 report = {"status": "unstored", **clusters_json(triage_sweep(s, sweep, backend, shrink_configs=False,
                                                                              classify_configs=False))}
-        except SweepNotFound as exc:
-            fail(str(exc))
-    else:
-        if recompute or status != "done":
-            bounds = {**triage_bounds(get_settings()), **{k: v for k, v in (
-                ("max_runs", max_runs), ("max_seconds", max_seconds), ("max_clusters", max_clusters)) if v is not None}}
-            if time_limit is not None:
-                bounds["time_limit_s"] = _limit(time_limit)
-            if not as_json:
-                console.print(f"sweep {sweep}: triage (the largest {bounds['max_clusters']} clusters shrunk, at most "
-                              f"{bounds['max_runs']} runs and {bounds['max_seconds']:g} s each)", highlight=False)
-            status = run_triage(url, sweep, backend=backend, force=recompute, bounds=bounds)
-        with session_scope(url) as s:
+            except SweepNotFound as exc:
+                fail(str(exc))
+        else:
+            if recompute or status != "done":
+                bounds = {**triage_bounds(get_settings()), **{k: v for k, v in (
+                    ("max_runs", max_runs), ("max_seconds", max_seconds), ("max_clusters", max_clusters))
+                    if v is not None}}
+                if time_limit is not None:
+                    bounds["time_limit_s"] = _limit(time_limit)
+                if not as_json:
+                    console.print(f"sweep {sweep}: triage (the largest {bounds['max_clusters']} clusters shrunk, at most "
+                                  f"{bounds['max_runs']} runs and {bounds['max_seconds']:g} s each)", highlight=False)
+                status = run_triage(s, sweep, backend=backend, force=recompute, bounds=bounds)
             report = stored.clusters_report(s, sweep)
     if as_json:
         print(json.dumps(report, default=str))

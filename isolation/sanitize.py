@@ -24,7 +24,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from attnconfig import AttentionConfig, parse_config
-from sweeps.result import unrun_result
+from isolation.unrun import unrun_result
 
 if TYPE_CHECKING:
     from kernels.backends.base import Backend

@@ -1,5 +1,5 @@
 """The time limit of one config's run, on the time the config itself ran: a soft limit that
-raises, and a watchdog behind it. A worker's executor (workers.executor) and triage's runs
+raises, and a watchdog behind it. A worker's executor (isolation.executor) and triage's runs
 (triage.attempt) both use it; triage sets no hard limit (a hung kernel there runs in a child
 process that its parent kills, isolation.child).
 
@@ -18,7 +18,7 @@ At `seconds` of running time the watchdog interrupts the main thread with SIGALR
 `timeout` and moves on. Code stuck in C (a kernel that never finishes inside a driver's
 synchronize) never returns to Python; for that the watchdog calls `on_hard_timeout`, where one
 is given, `grace_s` of running time later. A worker's records `timeout` for the config itself
-and ends the process (workers.executor): Celery starts a fresh one and, since the task is
+and ends the process (isolation.executor): Celery starts a fresh one and, since the task is
 acknowledged late and rejected on worker loss, delivers the batch again, whose recorded configs
 are then skipped.
 """
@@ -40,6 +40,13 @@ class ConfigTimeLimitExceeded(BaseException):
     def __init__(self, seconds: float):
         self.seconds = seconds
         super().__init__(f"exceeded the per-config time limit of {seconds:g} s")
+
+
+def timeout_detail(exc: ConfigTimeLimitExceeded, first_line: str | None = None) -> str:
+    """The detail of a config its limit stopped: `first_line` (default: the limit), then the
+    notes the backend added on where the limit stopped it, where it knows (the cpu emulation's
+    combine); triage locates a timeout by them."""
+    return "\n".join([first_line or str(exc), *getattr(exc, "__notes__", ())])
 
 
 def run_queue_wait(tid: int) -> float:

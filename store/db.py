@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 from sqlalchemy import create_engine, event, exc as sa_exc, text
 from sqlalchemy.engine import Engine, make_url
@@ -119,9 +119,9 @@ def session_factory(url: str) -> sessionmaker[Session]:
 
 
 @contextmanager
-def session_scope(url: str) -> Iterator[Session]:
-    """A transaction: commit on success, roll back on any exception."""
-    session = session_factory(url)()
+def session_scope(url: str, *, expire_on_commit: bool = False) -> Iterator[Session]:
+    """A transaction: commit on success, roll back on any exception, then close."""
+    session = session_factory(url)(expire_on_commit=expire_on_commit)
     try:
         yield session
         session.commit()
@@ -130,6 +130,16 @@ def session_scope(url: str) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def unit_of_work(url: str) -> ContextManager[Session]:
+    """One session for a run of several steps (`attnsweep run`: plan, execute, triage, report;
+    a triage task), opened once and passed down. Each step commits what it wrote where its
+    transaction ends (`session.commit()`), and rolls back before it goes on after an error; a
+    commit expires what the session holds, so the next step reads the rows as they are now
+    (another process, or a bulk UPDATE, may have changed them). What is left is committed at the
+    end, or rolled back on an exception."""
+    return session_scope(url, expire_on_commit=True)
 
 
 @contextmanager

@@ -175,36 +175,36 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
     return Submission(get_sweep(session, done.sweep_id), done.tasks, done.published, False, plan.draws, plan.filtered)
 
 
-def run_sweep(url: str, spec: SweepSpec, *, backend: str, device_total_memory: int | None, device: str | None,
-              defects: frozenset[str] = frozenset(), sanitize: tuple[str, float] | None = None, jobs: int = 1,
-              gpus: Sequence[int] = (), time_limit_s: float | None = None,
+def run_sweep(session: Session, spec: SweepSpec, *, backend: str, device_total_memory: int | None,
+              device: str | None, defects: frozenset[str] = frozenset(), sanitize: tuple[str, float] | None = None,
+              jobs: int = 1, gpus: Sequence[int] = (), time_limit_s: float | None = None,
               started: Callable[[int, int], ContextManager[Callable[[ConfigResult], None] | None]] | None = None,
               triage: bool = False, triaging: Callable[[int], ContextManager[Any]] | None = None,
               kernel_identity: tuple[str, str] | None = None) -> int:
     """Run a sweep in this machine's embedded pool (workers.embedded): the budget of this
-    machine's device, planned, committed, then executed, every result stored at `url`.
+    machine's device, planned, committed, then executed, every result stored through `session`
+    (the run's unit of work, store.db.unit_of_work: each step commits its own transaction).
     `started(sweep_id, configs_total)`: entered once the sweep is committed, around its
     execution; what it yields gets every result. With `triage`, the finished sweep's failures
     are then triaged in this process and the clusters stored (workers.triage.run_triage, inside
     `triaging(sweep_id)` when given); a triage that fails is stored as failed, and the sweep
     stays done. `kernel_identity`: the (name, version) the kernel under test says it is, where
     the caller loaded it. Returns the sweep id. Raises SubmitError."""
-    from store.db import session_scope
     from workers.embedded import execute_sweep
     from workers.triage import run_triage
 
-    with session_scope(url) as s:
-        prior = coverage_prior(s, spec, None)
+    prior = coverage_prior(session, spec, None)
+    session.commit()
     plan = planned(spec, device_total_memory=device_total_memory, device=device, sanitize=sanitize,
                    defects=tuple(sorted(defects)), prior=prior)
-    with session_scope(url) as s:
-        ran_as = {"kernel_name": kernel_identity[0][:200], "kernel_version": kernel_identity[1][:64]} \
-            if kernel_identity and kernel_identity[1] else {}
-        sweep_id = repo.store_plan(s, plan, submitted_by="cli", kernel=spec.kernel, **ran_as).id
+    ran_as = {"kernel_name": kernel_identity[0][:200], "kernel_version": kernel_identity[1][:64]} \
+        if kernel_identity and kernel_identity[1] else {}
+    sweep_id = repo.store_plan(session, plan, submitted_by="cli", kernel=spec.kernel, **ran_as).id
+    session.commit()
     with (started(sweep_id, len(plan.configs)) if started else nullcontext()) as on_result:
-        execute_sweep(url, sweep_id, backend, defects=defects, jobs=jobs, on_result=on_result, gpus=gpus,
+        execute_sweep(session, sweep_id, backend, defects=defects, jobs=jobs, on_result=on_result, gpus=gpus,
                       time_limit_s=time_limit_s)
     if triage:
         with triaging(sweep_id) if triaging else nullcontext():
-            run_triage(url, sweep_id)
+            run_triage(session, sweep_id)
     return sweep_id

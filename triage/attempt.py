@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from attnconfig import AttentionConfig
 from isolation.child import ChildRunner
 from isolation.confined import backend_for, is_shipped
-from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
+from isolation.timelimit import ConfigTimeLimitExceeded, time_limit, timeout_detail
 from kernels.plugins import is_trusted
 from kernels.backends.base import Backend, CompileError, DeviceInfo, NotApplicable, Prepared, RunOutput
 from kernels.source import KernelSource
@@ -159,9 +159,7 @@ class Runner:
         except ConfigTimeLimitExceeded as exc:
             # A backend stopped in the middle of a run is not trusted with the next one.
             self.close()
-            # Its notes say where the limit stopped it, as in a sweep's timeout (workers.executor).
-            detail = "\n".join([f"exceeded the time limit of {self.time_limit_s:g} s", *getattr(exc, "__notes__", ())])
-            return unfinished(config, "timeout", detail)
+            return unfinished(config, "timeout", timeout_detail(exc, f"exceeded the time limit of {self.time_limit_s:g} s"))
         digest = probe.digest if result.outcome in ("pass", "fail", "nan") else None
         location = location_of(config, result.outcome, result.failed_gate, result.variant, result.metrics,
                                result.gates, result.detail)

@@ -208,45 +208,45 @@ def representative(cluster: Mapping[str, Any], new: Mapping[str, ConfigRun]) -> 
     return dict(min((new[h].config for h in members), key=_cost))
 
 
-def plan_ci_bisections(url: str, sweep_id: int, settings: Settings,
+def plan_ci_bisections(session: Session, sweep_id: int, settings: Settings,
                        clusters: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
     """The bisections a finished CI push sweep is owed (Bisection columns), `error` ones when the
     repository cannot be read here; empty when it is owed none (see the module docstring).
-    `clusters`: the triage's (Cluster.to_dict(), largest first), None when the triage failed."""
+    `clusters`: the triage's (Cluster.to_dict(), largest first), None when the triage failed.
+    Reads in the caller's transaction, the one that stores the triage."""
     from store.ci import before_sweep, failing_hashes, failing_runs
     from kernelsrc.git import KernelRepoError, first_parent_commits
 
     if settings.ci_bisect_clusters == 0:
         return []
-    with session_scope(url) as s:
-        sweep = s.get(Sweep, sweep_id)
-        if sweep is None or sweep.event != "push" or sweep.status != "done" or not sweep.commit_sha:
-            return []
-        if stored.bisections_for_sweep(s, sweep_id):
-            return []
-        before = ((sweep.request or {}).get("ci") or {}).get("before")
-        if not before or before == sweep.commit_sha:
-            return []
-        base = before_sweep(s, sweep)
-        known = failing_hashes(s, base.id) if base is not None else set()
-        new = {r.config_hash: r for r in failing_runs(s, sweep_id) if r.config_hash not in known}
-        if not new:
-            return []
-        targets: list[tuple[int | None, str | None, dict[str, Any]]] = []
-        for rank, cluster in enumerate(clusters or ()):
-            config = representative(cluster, new)
-            if config is not None and len(targets) < settings.ci_bisect_clusters:
-                targets.append((rank, signature_label(cluster["signature"]), config))
-        if not clusters:
-            targets = [(None, None, dict(next(iter(new.values())).config))]
-        request = sweep.request or {}
-        common: dict[str, Any] = {
-            "repo": settings.kernel_repo, "good": before, "bad": sweep.commit_sha,
-            "backend": stored.most_run_backend(s, sweep_id) or sweep.backend,
-            "defects": list(request.get("defects") or []), "err_ratio_gate": request.get("err_ratio_gate"),
-            "repository": sweep.repository, "commit_sha": sweep.commit_sha, "sweep_id": sweep_id,
-            "submitted_by": "webhook",
-        }
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None or sweep.event != "push" or sweep.status != "done" or not sweep.commit_sha:
+        return []
+    if stored.bisections_for_sweep(session, sweep_id):
+        return []
+    before = ((sweep.request or {}).get("ci") or {}).get("before")
+    if not before or before == sweep.commit_sha:
+        return []
+    base = before_sweep(session, sweep)
+    known = failing_hashes(session, base.id) if base is not None else set()
+    new = {r.config_hash: r for r in failing_runs(session, sweep_id) if r.config_hash not in known}
+    if not new:
+        return []
+    targets: list[tuple[int | None, str | None, dict[str, Any]]] = []
+    for rank, cluster in enumerate(clusters or ()):
+        config = representative(cluster, new)
+        if config is not None and len(targets) < settings.ci_bisect_clusters:
+            targets.append((rank, signature_label(cluster["signature"]), config))
+    if not clusters:
+        targets = [(None, None, dict(next(iter(new.values())).config))]
+    request = sweep.request or {}
+    common: dict[str, Any] = {
+        "repo": settings.kernel_repo, "good": before, "bad": sweep.commit_sha,
+        "backend": stored.most_run_backend(session, sweep_id) or sweep.backend,
+        "defects": list(request.get("defects") or []), "err_ratio_gate": request.get("err_ratio_gate"),
+        "repository": sweep.repository, "commit_sha": sweep.commit_sha, "sweep_id": sweep_id,
+        "submitted_by": "webhook",
+    }
     if not targets:
         return []
     try:
@@ -276,13 +276,15 @@ def store_plans(session: Session, plans: Sequence[Mapping[str, Any]]) -> list[in
     return ids
 
 
-def ci_bisection_plans(url: str, sweep_id: int, settings: Settings,
+def ci_bisection_plans(session: Session, sweep_id: int, settings: Settings,
                        clusters: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
     """plan_ci_bisections that never raises: plans that cannot be made are logged, and the
-    triage is stored without them."""
+    triage is stored without them. The caller calls it first in its transaction: a failed read
+    is rolled back, which leaves the session usable and drops nothing of the caller's."""
     try:
-        return plan_ci_bisections(url, sweep_id, settings, clusters)
+        return plan_ci_bisections(session, sweep_id, settings, clusters)
     except Exception:  # noqa: BLE001 - the triage must not fail for its bisections
+        session.rollback()
         log.exception("sweep %s: its CI bisections could not be planned", sweep_id)
         return []
 

@@ -2,7 +2,7 @@
 
 The embedded mode of `attnsweep run`: no broker, no server. Configs run in `jobs` worker
 processes (one at least: a config that faults must never take the process that stores the
-results with it), each through workers.executor.ConfigExecutor as in a Celery worker. This
+results with it), each through isolation.executor.ConfigExecutor as in a Celery worker. This
 process hands each idle worker its next config, stores the results, one transaction per batch of
 the results that are in (one config, unless the pool finishes them faster than a transaction: its
 last, smallest configs finish hundreds a second), and replaces a worker process that ends:
@@ -41,6 +41,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Callable, Iterator
 
 from attnconfig import parse_config
+from isolation.executor import ConfigExecutor, Limits
+from isolation.unrun import unrun_result
 from kernels.backends.base import Backend
 from kernels.devices import pin_gpu
 from reference import make_inputs
@@ -48,13 +50,12 @@ from settings import Settings
 from kernels.source import KernelSource
 from store import repo
 from store.bundles import load_bundle
-from store.db import session_scope
+from store.db import Session
 from store.kernels import note_kernel, sweep_kernel
 from sweeps.datacache import DataCache
 from sweeps.filters import host_cost
 from sweeps.policy import gates_for
-from sweeps.result import ConfigResult, unrun_result
-from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
+from sweeps.result import ConfigResult
 from workers.threads import cap_blas_threads
 
 STORE_BATCH_MAX = 64   # results in one transaction at most
@@ -159,7 +160,6 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
 
         def hard_timeout(result: ConfigResult, i: int = index) -> None:
             send(i, result, True)
-            os._exit(WATCHDOG_EXIT)
 
         result = executor.run(config, gates_for(config), hard_timeout, drawn=drawn)
         drawn = None   # freed before the memory below is read
@@ -170,7 +170,7 @@ def _worker_main(conn: Connection, spec: WorkerSpec, environ: dict[str, str]) ->
         result.timings.update(pid=float(os.getpid()), ready_at=ready_at[0], began_at=began, **_memory_mb())
         send(index, result, result.poisons_process)
         if result.poisons_process:
-            os._exit(FAULT_EXIT)
+            executor.fault_exit()
 
 
 def _memory_mb() -> dict[str, float]:
@@ -372,7 +372,7 @@ def _unrun(config_json: dict, spec: WorkerSpec, outcome: str, detail: str) -> Co
 
 
 def execute_sweep(
-    db_url: str,
+    session: Session,
     sweep_id: int,
     backend_name: str,
     defects: frozenset[str] = frozenset(),
@@ -381,28 +381,30 @@ def execute_sweep(
     gpus: tuple[int, ...] | list[int] = (),
     time_limit_s: float | None = None,
 ) -> None:
-    """Run the sweep's queued configs in `jobs` worker processes and store every result.
+    """Run the sweep's queued configs in `jobs` worker processes and store every result, one
+    commit of `session` (the caller's unit of work, store.db.unit_of_work) per batch.
     `time_limit_s`: the per-config limit (default: the ATTNSWEEP_CONFIG_TIME_LIMIT_S setting)."""
-    with session_scope(db_url) as s:
-        todo = [cfg for _hash, cfg in repo.queued_configs(s, sweep_id)]
-        sanitize = repo.sweep_sanitize(s, sweep_id)
-        source_hash, _commit = repo.sweep_revision(s, sweep_id)
-        kernel = sweep_kernel(s, sweep_id)
-        # A sweep of a stored bundle (a CI sweep run again here) runs that source, confined.
-        source = load_bundle(s, source_hash) if source_hash else None
-        if source_hash and source is None:
-            repo.set_status(s, sweep_id, "failed", error=f"source bundle {source_hash} of this sweep is not in the store")
-            raise LookupError(f"sweep {sweep_id}: source bundle {source_hash} is not in the store")
-        repo.set_status(s, sweep_id, "running")
+    todo = [cfg for _hash, cfg in repo.queued_configs(session, sweep_id)]
+    sanitize = repo.sweep_sanitize(session, sweep_id)
+    source_hash, _commit = repo.sweep_revision(session, sweep_id)
+    kernel = sweep_kernel(session, sweep_id)
+    # A sweep of a stored bundle (a CI sweep run again here) runs that source, confined.
+    source = load_bundle(session, source_hash) if source_hash else None
+    if source_hash and source is None:
+        repo.set_status(session, sweep_id, "failed", error=f"source bundle {source_hash} of this sweep is not in the store")
+        session.commit()
+        raise LookupError(f"sweep {sweep_id}: source bundle {source_hash} is not in the store")
+    repo.set_status(session, sweep_id, "running")
+    session.commit()
     try:
         limits = process_limits(time_limit_s)   # a setting that does not validate fails the sweep
         for batch in _results(todo, backend_name, defects, jobs, tuple(gpus), limits, sanitize, source, kernel):
             t0 = time.perf_counter()
-            with session_scope(db_url) as s:
-                repo.record_results(s, sweep_id, [(r.config_hash, r.to_row(), worker) for r, worker in batch])
-                ran = next((r for r, _w in batch if r.kernel_version), None)
-                if ran is not None:
-                    note_kernel(s, sweep_id, ran.kernel, ran.kernel_version)
+            repo.record_results(session, sweep_id, [(r.config_hash, r.to_row(), worker) for r, worker in batch])
+            ran = next((r for r, _w in batch if r.kernel_version), None)
+            if ran is not None:
+                note_kernel(session, sweep_id, ran.kernel, ran.kernel_version)
+            session.commit()
             # After the rows are written, so not stored; bench/sweep.py reads it through on_result.
             store_s = (time.perf_counter() - t0) / len(batch)
             for result, _worker_name in batch:
@@ -410,9 +412,10 @@ def execute_sweep(
                 if on_result:
                     on_result(result)
     except BaseException as exc:
-        with session_scope(db_url) as s:
-            repo.set_status(s, sweep_id, "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled", error=repr(exc))
+        session.rollback()
+        repo.set_status(session, sweep_id, "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled",
+                        error=repr(exc))
+        session.commit()
         raise
-    with session_scope(db_url) as s:
-        repo.set_status(s, sweep_id, "done")
-
+    repo.set_status(session, sweep_id, "done")
+    session.commit()

@@ -1,6 +1,6 @@
 """What a Celery worker does with one batch of configs: run each through the executor and store it.
 
-Every config runs through workers.executor.ConfigExecutor, as in the embedded pool; this module
+Every config runs through isolation.executor.ConfigExecutor, as in the embedded pool; this module
 adds what a queue needs: skip configs already stored (a batch delivered twice, or taken over by
 another worker while this one was stopped) or cancelled, one transaction per result, and moving
 the sweep queued -> running -> done. A stored result is final (repo.record_results: first write
@@ -36,6 +36,8 @@ from collections import Counter
 from typing import Any, Callable, Sequence, TypeVar
 
 from attnconfig import parse_config
+from isolation.executor import ConfigExecutor, Limits
+from isolation.unrun import unrun_result
 from kernelsrc.build import resolve_kernel
 from settings import Settings
 from kernels.source import KernelSource
@@ -44,13 +46,12 @@ from store.db import is_unreachable, session_scope
 from store.kernels import note_kernel, sweep_kernel
 from sweeps.datacache import DataCache
 from sweeps.policy import gates_for
-from sweeps.result import ConfigResult, at_commit, unrun_result
-from workers.executor import FAULT_EXIT, WATCHDOG_EXIT, ConfigExecutor, Limits
+from sweeps.result import ConfigResult, at_commit
 from workers.triage import sweep_ended
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAULT_EXIT", "MAX_STARTS", "WATCHDOG_EXIT", "execute_batch"]
+__all__ = ["MAX_STARTS", "execute_batch"]
 
 # Worker processes that may die while running one config's kernel before it is stored as
 # `error` instead of being run again.
@@ -163,7 +164,7 @@ def execute_batch(
     executor = ConfigExecutor(backend_name, defects, Limits.of(settings), source,
                               sanitize=sanitize[0] if sanitize else None,
                               sanitize_hashes=sanitize[1] if sanitize else frozenset(), kernel=kernel,
-                              data=DataCache.from_settings(settings))
+                              data=DataCache.from_settings(settings), exit_process=exit_process)
     store = Store(settings, sweep_id, worker, celery, commit)
     for config_hash, config_json in items:
         if config_hash not in pending:
@@ -178,10 +179,9 @@ def execute_batch(
             continue
         config = parse_config(config_json)
 
-        def record_and_exit(result: ConfigResult, h: str = config_hash) -> None:
+        def record_stuck(result: ConfigResult, h: str = config_hash) -> None:
             log.error("sweep %s config %s: stuck past the time limit; recording timeout and restarting", sweep_id, h)
             store.record(h, result)
-            exit_process(WATCHDOG_EXIT)
 
         gates = gates_for(config, err_ratio_gate=err_ratio_gate)
         if starts > MAX_STARTS:
@@ -194,14 +194,14 @@ def execute_batch(
             result = unrun_result(config, None, backend_name, gates, "error",
                                   f"source bundle {source_hash} of this sweep is not in the store", kernel=kernel)
         else:
-            result = executor.run(config, gates, record_and_exit)
+            result = executor.run(config, gates, record_stuck)
         stored = store.record(config_hash, result)
         counts[result.outcome if stored else "late"] += 1
         if result.poisons_process:
             # Nothing may touch this context again: Celery replaces the process and delivers
             # the batch again, whose stored configs are skipped.
             log.error("sweep %s config %s: device fault; ending this worker process", sweep_id, config_hash)
-            exit_process(FAULT_EXIT)
+            executor.fault_exit()
             return dict(counts)
     if not pending and status in repo.ACTIVE_STATUSES:
         # A batch delivered again after its worker died between a result and the check below.

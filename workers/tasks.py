@@ -101,19 +101,25 @@ class TriageTask(ConfigBatchTask):
     stores the triage failed, never the sweep."""
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        from store.db import unit_of_work
         from workers.triage import record_failure
 
         sweep_id = list(args)[0] if args else kwargs["sweep_id"]
-        record_failure(self.settings.database_url, sweep_id, f"{type(exc).__name__}: {exc}")
+        with unit_of_work(self.settings.database_url) as session:
+            record_failure(session, sweep_id, f"{type(exc).__name__}: {exc}")
 
 
 @shared_task(name=TASK_TRIAGE, bind=True, base=TriageTask)
 def triage_sweep(self: TriageTask, sweep_id: int) -> str:
     """Cluster, shrink and classify the failures of finished sweep `sweep_id`; store the clusters."""
+    from store.db import unit_of_work
     from workers.triage import run_triage
 
-    return _retry_when_unreachable(self, f"triage of sweep {sweep_id}",
-                                   lambda: run_triage(self.settings.database_url, sweep_id, self.settings, celery=self.app))
+    def triage() -> str:
+        with unit_of_work(self.settings.database_url) as session:
+            return run_triage(session, sweep_id, self.settings, celery=self.app)
+
+    return _retry_when_unreachable(self, f"triage of sweep {sweep_id}", triage)
 
 
 class BisectTask(ConfigBatchTask):

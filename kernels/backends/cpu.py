@@ -135,7 +135,7 @@ class CpuEmulationBackend(Backend):
                 self._combine_defects(out_f32, o_raw, o_bytes, np.dtype(out_dtype))
             except BaseException as exc:
                 # A time limit that stops the emulation here stopped the combine kernel: the
-                # note says so in the timeout's detail (workers.executor, triage.attempt).
+                # note says so in the timeout's detail (isolation.executor, triage.attempt).
                 exc.add_note(f"stopped in {COMBINE_KERNEL} (cpu emulation)")
                 raise
         logical_view(o_buffer, c.trans_o)[...] = out_f32.astype(out_dtype)

@@ -73,7 +73,7 @@ def run_queued(settings, queue_kind: str = "cpu", hold: tuple[str, ...] = ()) ->
     from workers.app import TASK_BISECT, TASK_RUN_CONFIGS, TASK_TRIAGE, create_celery
     from workers.bisect import run_bisection
     from workers.execute import execute_batch
-    from workers.triage import run_triage
+    from tests.unit.triage.sweeps import triage_at
 
     celery = create_celery(settings)
     url = settings.database_url
@@ -92,7 +92,7 @@ def run_queued(settings, queue_kind: str = "cpu", hold: tuple[str, ...] = ()) ->
                 sweep_id, items, backend, defects, err_ratio_gate = args
                 execute_batch(settings, sweep_id, items, backend, defects, err_ratio_gate, worker="inline", celery=celery)
             elif name == TASK_TRIAGE:
-                run_triage(url, args[0], settings, celery=celery)
+                triage_at(url, args[0], settings, celery=celery)
             elif name == TASK_BISECT:
                 run_bisection(url, args[0], settings)
             else:

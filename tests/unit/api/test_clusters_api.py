@@ -1,16 +1,15 @@
 """GET /sweeps/{id}/clusters: pending while the sweep runs, the stored clusters once triaged, 404 unknown."""
 from __future__ import annotations
 
-from submit.sweep import run_sweep
 from sweeps.spec import SweepSpec
 from tests.unit.api.conftest import BASE
-from tests.unit.triage.sweeps import RANGES
+from tests.unit.triage.sweeps import RANGES, run_at
 
 
 def test_clusters_of_a_triaged_sweep(client, settings):
-    sweep_id = run_sweep(settings.database_url, SweepSpec(samples=60, seed=5, backend="cpu", ranges=RANGES),
-                         backend="cpu", device_total_memory=None, device=None,
-                         defects=frozenset({"causal_off_by_one"}), triage=True)
+    sweep_id = run_at(settings.database_url, SweepSpec(samples=60, seed=5, backend="cpu", ranges=RANGES),
+                      backend="cpu", device_total_memory=None, device=None,
+                      defects=frozenset({"causal_off_by_one"}), triage=True)
     got = client.get(f"/sweeps/{sweep_id}/clusters")
     assert got.status_code == 200, got.text
     body = got.json()
@@ -23,9 +22,9 @@ def test_clusters_of_a_triaged_sweep(client, settings):
 
 
 def test_failures_carry_their_bug_and_filter_by_it_and_sweeps_count_their_bugs(client, settings):
-    sweep_id = run_sweep(settings.database_url, SweepSpec(samples=60, seed=5, backend="cpu", ranges=RANGES),
-                         backend="cpu", device_total_memory=None, device=None,
-                         defects=frozenset({"causal_off_by_one"}), triage=True)
+    sweep_id = run_at(settings.database_url, SweepSpec(samples=60, seed=5, backend="cpu", ranges=RANGES),
+                      backend="cpu", device_total_memory=None, device=None,
+                      defects=frozenset({"causal_off_by_one"}), triage=True)
     untriaged = client.post("/sweeps", json={"configs": [BASE], "backend": "cpu"}).json()["id"]
     [bug] = client.get(f"/sweeps/{sweep_id}/clusters").json()["clusters"]
     rows = client.get(f"/sweeps/{sweep_id}/failures", params={"limit": 500}).json()
@@ -51,9 +50,9 @@ def test_clusters_of_a_queued_sweep_are_pending_and_an_unknown_sweep_is_404(clie
 def test_a_combine_bug_is_served_located_at_the_combine(client, settings):
     # oob_store_small stores past O from the combine kernel, the one kernel given O when
     # split_kv > 1: one cluster, whatever family ran it, named fault/-/combine.
-    sweep_id = run_sweep(settings.database_url, SweepSpec(samples=30, seed=5, backend="cpu", ranges=RANGES),
-                         backend="cpu", device_total_memory=None, device=None,
-                         defects=frozenset({"oob_store_small"}), triage=True)
+    sweep_id = run_at(settings.database_url, SweepSpec(samples=30, seed=5, backend="cpu", ranges=RANGES),
+                      backend="cpu", device_total_memory=None, device=None,
+                      defects=frozenset({"oob_store_small"}), triage=True)
     body = client.get(f"/sweeps/{sweep_id}/clusters").json()
     assert body["status"] == "done" and len(body["clusters"]) == 1, body
     c = body["clusters"][0]

@@ -3,8 +3,8 @@ service and refuses paths; GET /kernels lists them; GET /compare and the dashboa
 page show sweeps of several kernels side by side."""
 from __future__ import annotations
 
-from submit.sweep import run_sweep
 from sweeps.spec import SweepSpec
+from tests.unit.triage.sweeps import run_at
 
 SMALL = dict(samples=6, seed=3, dtypes=["f16"], ranges={"seq_len_k": [1, 128], "g": [1, 2], "seq_len_q": [1, 8],
                                                        "head_dim_qk": [32, 32], "head_dim_v": [32, 32],
@@ -32,8 +32,8 @@ def test_a_sweep_names_its_kernel_and_paths_are_refused(client, tmp_path):
 
 
 def test_sweeps_of_two_kernels_side_by_side(client, settings):
-    ids = [run_sweep(settings.database_url, SweepSpec(**SMALL, kernel=k), backend="cpu", device_total_memory=None,
-                     device=None) for k in ("torch-sdpa:math", "torch-sdpa:flash")]
+    ids = [run_at(settings.database_url, SweepSpec(**SMALL, kernel=k), backend="cpu", device_total_memory=None,
+                  device=None) for k in ("torch-sdpa:math", "torch-sdpa:flash")]
     body = client.get("/compare", params={"sweeps": ",".join(map(str, ids))})
     assert body.status_code == 200, body.text
     got = body.json()

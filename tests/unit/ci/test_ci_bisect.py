@@ -14,7 +14,7 @@ from attnconfig import parse_config
 from ci.notify import describe
 from cli.main import app
 from ci.status import commit_status
-from store.db import session_scope
+from store.db import session_scope, unit_of_work
 from store.migrate import upgrade
 from store.models import Sweep
 from tests.kernel_repo import DEFECT, TWO_BUGS
@@ -23,7 +23,7 @@ from tests.unit.ci.hooks import deliver, push_payload
 from workers.app import TASK_BISECT, TASK_RUN_CONFIGS, TASK_TRIAGE
 from triage.sweep import triage_sweep
 from workers.bisect import plan_ci_bisections, run_bisection
-from workers.triage import run_triage
+from tests.unit.triage.sweeps import triage_at
 
 SECRET = "unit-webhook-secret-5be1"
 REPO = "acme/kernels"
@@ -183,7 +183,7 @@ def test_two_bugs_from_two_commits_are_bisected_each_to_its_own_first_bad_commit
         assert got.exit_code == 0 and "first bad commit" in got.stdout and all(sha in got.stdout for sha in expected)
 
         # The triage computed again (`attnsweep triage --recompute`) starts no bisection and keeps what they found.
-        assert run_triage(sqlite_url, sweep_id, settings, force=True) == "done"
+        assert triage_at(sqlite_url, sweep_id, settings, force=True) == "done"
         assert [k["first_bad_commit"] for k in c.get(f"/sweeps/{sweep_id}/clusters").json()["clusters"]] == expected
         assert [b["id"] for b in c.get(f"/ci/{shas[-1]}").json()["bisections"]] == ids
 
@@ -199,10 +199,11 @@ def test_bugs_beyond_the_setting_and_failures_without_clusters_are_bisected_as_d
         clusters = [k.to_dict() for k in triage_sweep(s, sweep_id, shrink_configs=False, classify_configs=False)]
     assert len(clusters) == 2
     # Only the largest bug; not shrunk, so over the member a shrink would start from.
-    (plan,) = plan_ci_bisections(sqlite_url, sweep_id, settings, clusters)
-    assert (plan["cluster_rank"], plan["configs"]) == (0, [clusters[0]["example_config"]])
-    assert (plan["good"], plan["bad"], plan["sweep_id"]) == (shas[0], shas[-1], sweep_id)
-    # No clusters (the triage failed): one bisection, over the first new failure in sampled order.
-    (plan,) = plan_ci_bisections(sqlite_url, sweep_id, settings, None)
-    assert (plan["cluster_rank"], plan["configs"]) == (None, [new[0]["config"]])
-    assert plan_ci_bisections(sqlite_url, sweep_id, settings.model_copy(update={"ci_bisect_clusters": 0}), clusters) == []
+    with unit_of_work(sqlite_url) as s:
+        (plan,) = plan_ci_bisections(s, sweep_id, settings, clusters)
+        assert (plan["cluster_rank"], plan["configs"]) == (0, [clusters[0]["example_config"]])
+        assert (plan["good"], plan["bad"], plan["sweep_id"]) == (shas[0], shas[-1], sweep_id)
+        # No clusters (the triage failed): one bisection, over the first new failure in sampled order.
+        (plan,) = plan_ci_bisections(s, sweep_id, settings, None)
+        assert (plan["cluster_rank"], plan["configs"]) == (None, [new[0]["config"]])
+        assert plan_ci_bisections(s, sweep_id, settings.model_copy(update={"ci_bisect_clusters": 0}), clusters) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 from kernels.source import KernelSource
 from kernels.source import local_source
 from sweeps.result import at_commit
-from workers.executor import BackendCache
+from isolation.backend_cache import BackendCache
 
 
 def _bundle(i: int) -> KernelSource:

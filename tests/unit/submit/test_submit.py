@@ -23,7 +23,7 @@ def test_the_service_limits_refuse_a_sweep_naming_the_field():
 @pytest.mark.timeout(120)
 def test_run_sweep_plans_commits_and_executes_in_the_embedded_pool(sqlite_url):
     from store import repo
-    from store.db import session_scope
+    from store.db import session_scope, unit_of_work
     from store.migrate import upgrade
 
     upgrade(sqlite_url)
@@ -37,22 +37,23 @@ def test_run_sweep_plans_commits_and_executes_in_the_embedded_pool(sqlite_url):
             seen.append((sweep_id, total, repo.sweep_counts(s, sweep_id)["configs_total"]))
         yield results.append
 
-    sweep_id = run_sweep(sqlite_url, SweepSpec(samples=3, seed=5, backend="cpu"), backend="cpu",
-                         device_total_memory=None, device=None, started=started)
+    with unit_of_work(sqlite_url) as session:
+        sweep_id = run_sweep(session, SweepSpec(samples=3, seed=5, backend="cpu"), backend="cpu",
+                             device_total_memory=None, device=None, started=started)
     assert seen == [(sweep_id, 3, 3)] and len(results) == 3
     with session_scope(sqlite_url) as s:
         assert repo.sweep_status(s, sweep_id) == "done" and not repo.queued_configs(s, sweep_id)
 
 
 def test_a_sampling_that_finds_too_few_configs_is_refused_before_anything_is_stored(sqlite_url):
-    from store.db import session_scope
+    from store.db import session_scope, unit_of_work
     from store.migrate import upgrade
     from store.models import Sweep
 
     upgrade(sqlite_url)
     spec = SweepSpec(samples=50, seed=1, backend="cpu", max_tokens=1, max_draws=100)
-    with pytest.raises(SubmitError) as exc:
-        run_sweep(sqlite_url, spec, backend="cpu", device_total_memory=None, device=None)
+    with pytest.raises(SubmitError) as exc, unit_of_work(sqlite_url) as session:
+        run_sweep(session, spec, backend="cpu", device_total_memory=None, device=None)
     assert exc.value.problems[0][0] == "max_draws"
     with session_scope(sqlite_url) as s:
         assert s.query(Sweep).count() == 0

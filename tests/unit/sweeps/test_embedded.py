@@ -6,7 +6,7 @@ import json
 import pytest
 
 from store import repo
-from store.db import session_scope
+from store.db import session_scope, unit_of_work
 from store.migrate import upgrade
 from workers.embedded import execute_sweep
 from sweeps.plan import plan_sweep
@@ -18,7 +18,8 @@ def test_every_result_carries_its_phase_times_and_store_time(sqlite_url):
     with session_scope(sqlite_url) as s:
         sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(samples=4, seed=3, backend="cpu"), device_total_memory=None, device=None)).id
     got = []
-    execute_sweep(sqlite_url, sweep_id, "cpu", on_result=got.append)
+    with unit_of_work(sqlite_url) as session:
+        execute_sweep(session, sweep_id, "cpu", on_result=got.append)
     assert len(got) == 4
     for r in got:
         if r.outcome == "not_applicable":
@@ -72,7 +73,8 @@ def test_a_backend_that_cannot_load_in_the_pool_fails_the_sweep_with_its_error(s
     with session_scope(sqlite_url) as s:
         sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(samples=3, seed=3, backend="cpu"), device_total_memory=None, device=None)).id
     with pytest.raises(Exception, match="ROCm"):
-        execute_sweep(sqlite_url, sweep_id, "hip", jobs=2)
+        with unit_of_work(sqlite_url) as session:
+            execute_sweep(session, sweep_id, "hip", jobs=2)
     with session_scope(sqlite_url) as s:
         assert repo.sweep_status(s, sweep_id) == "failed"
         assert repo.sweep_counts(s, sweep_id)["outcomes"]["pass"] == 0
@@ -108,7 +110,8 @@ def test_a_repeated_sweep_takes_its_inputs_and_references_from_the_cache_and_jud
         with session_scope(sqlite_url) as s:
             sweep_id = repo.store_plan(s, plan_sweep(spec, device_total_memory=None, device=None)).id
         got = []
-        execute_sweep(sqlite_url, sweep_id, "cpu", jobs=2, on_result=got.append)
+        with unit_of_work(sqlite_url) as session:
+            execute_sweep(session, sweep_id, "cpu", jobs=2, on_result=got.append)
         runs.append({r.config_hash: r for r in got})
     first, second = runs
     assert first.keys() == second.keys() and len(first) == 12

@@ -3,7 +3,7 @@ import pytest
 from sqlalchemy import func, select
 
 from store import repo
-from store.db import session_scope
+from store.db import session_scope, unit_of_work
 from store.migrate import upgrade
 from store.models import ConfigRun
 from workers import embedded
@@ -29,7 +29,8 @@ def _sweep_over_gpus(url: str, samples: int, seed: int) -> tuple[int, dict[str, 
     upgrade(url)
     with session_scope(url) as s:
         sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(samples=samples, seed=seed, backend="cpu"), device_total_memory=None, device=None)).id
-    execute_sweep(url, sweep_id, "cpu", jobs=2, gpus=[0, 1])
+    with unit_of_work(url) as session:
+        execute_sweep(session, sweep_id, "cpu", jobs=2, gpus=[0, 1])
     with session_scope(url) as s:
         return sweep_id, repo.results_by_worker(s, sweep_id)
 

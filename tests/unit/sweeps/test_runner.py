@@ -74,7 +74,7 @@ def test_a_bad_process_setting_fails_the_sweep_in_the_parent(sqlite_url, monkeyp
     from pydantic import ValidationError
 
     from store import repo
-    from store.db import session_scope
+    from store.db import session_scope, unit_of_work
     from store.migrate import upgrade
     from sweeps.plan import plan_sweep
     from sweeps.spec import SweepSpec
@@ -85,7 +85,8 @@ def test_a_bad_process_setting_fails_the_sweep_in_the_parent(sqlite_url, monkeyp
         sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(samples=2, seed=3, backend="cpu"), device_total_memory=None)).id
     monkeypatch.setenv("ATTNSWEEP_CONFIG_TIME_GRACE_S", "-1")
     with pytest.raises(ValidationError, match="config_time_grace_s"):
-        execute_sweep(sqlite_url, sweep_id, "cpu", jobs=2)
+        with unit_of_work(sqlite_url) as session:
+            execute_sweep(session, sweep_id, "cpu", jobs=2)
     with session_scope(sqlite_url) as s:
         assert repo.sweep_status(s, sweep_id) == "failed"
         assert len(repo.queued_configs(s, sweep_id)) == 2   # nothing ran, nothing lost

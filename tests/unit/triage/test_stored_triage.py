@@ -14,12 +14,11 @@ from store import repo
 from store.db import session_scope
 from store.migrate import upgrade
 from store.models import Cluster, Sweep, SweepTriage
-from submit.sweep import run_sweep
 from sweeps.spec import SweepSpec
-from tests.unit.triage.sweeps import RANGES
+from tests.unit.triage.sweeps import RANGES, run_at, triage_at
 from workers.app import TASK_TRIAGE
 from workers.execute import execute_batch
-from workers.triage import publish_pending, run_triage
+from workers.triage import publish_pending
 
 
 def _defect_sweep(url: str, triage: bool, entered: list[int] | None = None) -> int:
@@ -30,9 +29,9 @@ def _defect_sweep(url: str, triage: bool, entered: list[int] | None = None) -> i
         entered.append(sweep_id)
         yield
 
-    return run_sweep(url, SweepSpec(samples=60, seed=5, backend="cpu", ranges=RANGES), backend="cpu",
-                     device_total_memory=None, device=None, defects=frozenset({"causal_off_by_one"}),
-                     triage=triage, triaging=triaging if entered is not None else None)
+    return run_at(url, SweepSpec(samples=60, seed=5, backend="cpu", ranges=RANGES), backend="cpu",
+                  device_total_memory=None, device=None, defects=frozenset({"causal_off_by_one"}),
+                  triage=triage, triaging=triaging if entered is not None else None)
 
 
 def _cluster_rows(url: str, sweep_id: int) -> list[tuple[int, str, int]]:
@@ -59,9 +58,9 @@ def test_embedded_sweep_stores_its_clusters_once(sqlite_url):
     assert minimal.to_compact_json() in c["reproducer"] and "--defect causal_off_by_one" in c["reproducer"]
 
     before = _cluster_rows(sqlite_url, sweep_id)
-    assert run_triage(sqlite_url, sweep_id) == "done"       # claimed already: nothing computed again
+    assert triage_at(sqlite_url, sweep_id) == "done"       # claimed already: nothing computed again
     assert _cluster_rows(sqlite_url, sweep_id) == before
-    assert run_triage(sqlite_url, sweep_id, force=True) == "done"  # recomputed: replaced, not added
+    assert triage_at(sqlite_url, sweep_id, force=True) == "done"  # recomputed: replaced, not added
     again = _cluster_rows(sqlite_url, sweep_id)
     assert [(sig, n) for _i, sig, n in again] == [(sig, n) for _i, sig, n in before]
     with session_scope(sqlite_url) as s:
@@ -72,7 +71,7 @@ def test_a_failing_triage_is_stored_failed_and_the_sweep_stays_done(sqlite_url):
     sweep_id = _defect_sweep(sqlite_url, triage=False)
     with session_scope(sqlite_url) as s:
         assert stored.triage_status(s, sweep_id) == "none"   # an ended sweep nobody triaged
-    assert run_triage(sqlite_url, sweep_id, backend="no-such-backend") == "failed"
+    assert triage_at(sqlite_url, sweep_id, backend="no-such-backend") == "failed"
     with session_scope(sqlite_url) as s:
         report = stored.clusters_report(s, sweep_id)
         assert s.get(Sweep, sweep_id).status == "done"
@@ -124,7 +123,7 @@ def test_the_batch_that_ends_a_sweep_publishes_its_triage_to_its_queue(sqlite_ur
         assert publish_pending(s, broker, settings) == 1
         assert stored.unpublished(s) == []
     assert broker.sent == [(TASK_TRIAGE, (sid,), "t-cpu")]
-    assert run_triage(sqlite_url, sid, settings) == "done"
+    assert triage_at(sqlite_url, sid, settings) == "done"
     with session_scope(sqlite_url) as s:
         assert stored.clusters_report(s, sid) == {"status": "done", "error": None, "clusters": []}
 
@@ -142,7 +141,7 @@ def test_an_interrupted_triage_goes_back_to_pending_and_runs_again(sqlite_url, m
 
     monkeypatch.setattr(triage.sweep, "triage_sweep", interrupted)
     try:
-        run_triage(sqlite_url, sweep_id)
+        triage_at(sqlite_url, sweep_id)
     except SystemExit:
         pass
     else:
@@ -151,4 +150,4 @@ def test_an_interrupted_triage_goes_back_to_pending_and_runs_again(sqlite_url, m
         assert stored.triage_status(s, sweep_id) == "pending"
         assert stored.unpublished(s) == [sweep_id]
     monkeypatch.setattr(triage.sweep, "triage_sweep", real)
-    assert run_triage(sqlite_url, sweep_id) == "done"
+    assert triage_at(sqlite_url, sweep_id) == "done"

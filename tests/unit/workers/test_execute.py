@@ -12,7 +12,8 @@ from store import repo
 from store.db import session_scope
 from store.migrate import upgrade
 from store.models import ConfigRun, Sweep
-from workers.execute import WATCHDOG_EXIT, execute_batch
+from workers.execute import execute_batch
+from isolation.executor import WATCHDOG_EXIT
 from isolation.timelimit import ConfigTimeLimitExceeded, time_limit
 
 BASE = dict(dtype="f16", g=1, seq_len_q=8, seq_len_k=64, num_heads_q=2, num_heads_kv=1, head_dim_qk=32, head_dim_v=32)

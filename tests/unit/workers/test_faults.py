@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 
 from kernels.guards import CANARY, GUARD_BYTES, check_guards, padded_bytes
-from store.db import session_scope
+from store.db import session_scope, unit_of_work
 from store.migrate import upgrade
 from store.models import ConfigRun
 from store import repo
@@ -32,7 +32,8 @@ def _sweep(url: str, defects: frozenset[str] = frozenset(), **kwargs) -> dict[st
     upgrade(url)
     with session_scope(url) as s:
         sweep_id = repo.store_plan(s, plan_sweep(SweepSpec(**SPEC), device_total_memory=None, device=None)).id
-    execute_sweep(url, sweep_id, "cpu", defects=defects, **kwargs)
+    with unit_of_work(url) as session:
+        execute_sweep(session, sweep_id, "cpu", defects=defects, **kwargs)
     with session_scope(url) as s:
         rows = s.execute(select(ConfigRun.config_hash, ConfigRun.outcome, ConfigRun.split_kv, ConfigRun.detail,
                                 ConfigRun.attempts, ConfigRun.state).where(ConfigRun.sweep_id == sweep_id)).all()
