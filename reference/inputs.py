@@ -13,10 +13,9 @@ import numpy as np
 
 from attnconfig import AttentionConfig, parse_config
 from reference.chunks import Workspace
+from reference.normals import draw_normals
 from reference.regimes import apply_regime
-from reference.rounding import narrow_f64
 
-_NORMAL_CHUNK = 1 << 16
 _FLOAT_STORAGE = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32)}
 
 
@@ -53,21 +52,12 @@ def make_inputs(config: AttentionConfig | Mapping[str, Any]) -> dict[str, Any]:
     rng = np.random.default_rng(c.data_seed)
     g, hq, hkv, sq, sk = c.g, c.num_heads_q, c.num_heads_kv, c.seq_len_q, c.seq_len_k
     shapes = {"q": (g, hq, sq, c.head_dim_qk), "k": (g, hkv, sk, c.head_dim_qk), "v": (g, hkv, sk, c.head_dim_v)}
-    work = Workspace()  # narrow_f64's chunk-sized scratch, for every tensor
+    work = Workspace()  # the fallback draw's and the regimes' chunk-sized scratch, for every tensor
 
     def normal(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        # Drawn and cast a cache-sized chunk at a time: the same values as one
-        # standard_normal(shape).astype(dtype) (the generator fills sequentially), without a
-        # float64 temporary of the whole tensor (1 GiB for a large KV cache) and its page faults.
-        out = np.empty(shape, dtype=dtype)
-        flat = out.reshape(-1)
-        buf = work.take("normals", (min(flat.size, _NORMAL_CHUNK),), np.float64)
-        scratch = work.take("narrow_f32", buf.shape, np.float32)
-        for i in range(0, flat.size, _NORMAL_CHUNK):
-            part = buf[:min(_NORMAL_CHUNK, flat.size - i)]
-            rng.standard_normal(out=part)
-            narrow_f64(part, flat[i:i + len(part)], scratch[:len(part)], work)
-        return out
+        # Rounded once to the storage type as they are drawn (reference/normals.py): the same
+        # values as standard_normal(shape).astype(dtype), with no float64 tensor.
+        return draw_normals(rng, np.empty(shape, dtype=dtype), work)
 
     out: dict[str, Any] = {}
     if c.dtype == "i8":

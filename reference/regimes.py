@@ -23,7 +23,7 @@ from attnconfig import AttentionConfig
 from attnconfig.regimes import REGIMES
 from reference.chunks import Workspace
 from reference.masks import last_valid_keys, prefix_offsets
-from reference.rounding import narrow_f64
+from reference.normals import narrow
 
 _CHUNK = 1 << 16
 # Standard deviation of an i8 draw (uniform integers in [-8, 7]: variance 21.25 + mean 0.25).
@@ -163,7 +163,7 @@ def _store(block: np.ndarray, values: np.ndarray, work: Workspace) -> None:
     if block.dtype == np.int8:
         block[...] = np.clip(values, -128, 127).astype(np.int8)
     else:
-        narrow_f64(values.reshape(-1), block.reshape(-1), None, work)
+        narrow(values.reshape(-1), block.reshape(-1), work)
 
 
 def _rounded(values: np.ndarray, dtype: np.dtype, work: Workspace) -> np.ndarray:
@@ -173,13 +173,38 @@ def _rounded(values: np.ndarray, dtype: np.dtype, work: Workspace) -> np.ndarray
 
 
 def _channels(x: np.ndarray, scale: np.ndarray, offset: np.ndarray, work: Workspace) -> None:
-    if not (np.any(scale != 1.0) or np.any(offset != 0.0)):
+    """x[..., d] = x[..., d] * scale[d] + offset[d] (i8: fix of the product), rounded once."""
+    changed = (scale != 1.0) | (offset != 0.0)
+    if not changed.any():
+        return
+    if not changed.all():
+        # Outliers and sinks change a few channels: only those go through float64. x * 1 + 0
+        # is x on every other channel, but for the sign of a zero: -0 + 0 is +0 (float draws
+        # round to -0 now and then; int8 has no -0). The changed channels are written after.
+        if x.dtype != np.int8:
+            _positive_zeros(x)
+        picked = np.flatnonzero(changed)
+        x[..., picked] = _rounded(_channel_values(x[..., picked], scale[picked], offset[picked]), x.dtype, work)
         return
     for _, block in _rows(x):
-        values = block.astype(np.float64) * scale
-        if block.dtype == np.int8:
-            values = np.fix(values)
-        _store(block, values + offset, work)
+        _store(block, _channel_values(block, scale, offset), work)
+
+
+def _channel_values(x: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    values = x.astype(np.float64) * scale
+    if x.dtype == np.int8:
+        values = np.fix(values)
+    return values + offset
+
+
+def _positive_zeros(x: np.ndarray) -> None:
+    """-0 -> +0 in a float tensor, in place, a row block at a time."""
+    bits = x.view({2: np.uint16, 4: np.uint32}[x.dtype.itemsize])
+    sign = bits.dtype.type(1 << (8 * x.dtype.itemsize - 1))
+    for _, block in _rows(bits):
+        negative_zero = block == sign
+        if negative_zero.any():
+            block[negative_zero] = 0
 
 
 def apply_regime(c: AttentionConfig, inputs: dict[str, Any], work: Workspace) -> None:

@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     # sweep part of its throughput (docs/performance.md).
     data_cache: Path | None = None
     data_cache_bytes: int = Field(default=16 << 30, ge=1 << 20)
+    # The inputs' normal draws from a compiled loop (reference/normals.py, built into
+    # kernel_cache/host with the host's C compiler): numpy's bits in less than half its time;
+    # false draws them with numpy's Generator (so does a host without a C compiler).
+    native_normals: bool = True
     # The CUDA backend's tensor-core (mma) path on devices that have it (sm_80+); false runs the
     # portable kernels only, as a GPU without tensor cores would.
     mma: bool = True

@@ -65,13 +65,15 @@ _NEG_INF_F32 = np.array(-np.inf, dtype=np.float32).view(np.uint32)
 
 @lru_cache(maxsize=1)
 def reference_version() -> str:
-    """The code a cached entry depends on: reference/ and attnconfig/ sources, numpy, ml_dtypes."""
+    """The code a cached entry depends on: reference/ and attnconfig/ sources (reference/normals.c
+    included), numpy, ml_dtypes."""
     import attnconfig
     import reference
 
     digest = hashlib.sha256(f"numpy {np.__version__} ml_dtypes {ml_dtypes.__version__}\n".encode())
     for package in (reference, attnconfig):
-        for path in sorted(Path(package.__file__).parent.glob("*.py")):
+        folder = Path(package.__file__).parent
+        for path in sorted([*folder.glob("*.py"), *folder.glob("*.c")]):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:24]
 

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import hashlib
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from attnconfig import ConfigError, parse_config
 from attnconfig.regimes import REGIMES
 from reference import attention_exact, make_inputs
+import reference.regimes as regimes
+from reference.chunks import Workspace
 from reference.facts import numeric_facts
 
 
@@ -42,6 +45,62 @@ def test_normal_keeps_its_bytes_hash_and_json(fields, inputs_digest, config_hash
         assert digest(make_inputs(c)) == inputs_digest
         assert c.content_hash() == config_hash
         assert "data_regime" not in c.to_json() and "data_regime" not in c.to_dict()
+
+# make_inputs digests of every regime and dtype, taken before the regimes' channel transforms
+# skipped the channels they leave as they are (and before the compiled normal draws).
+REGIME_BASE = dict(g=2, seq_len_q=9, seq_len_k=300, num_heads_q=4, num_heads_kv=2, head_dim_qk=40, head_dim_v=24,
+                   with_attn_bias=True, causal=True, data_seed=4242)
+REGIME_PINNED = {
+    "sink-f16": "22dbc61388c0a368fe7ca164d162dc4c",
+    "sink-bf16": "6d40199024be40a2aa64a31477c17b73",
+    "sink-f32": "8901a940bb10ba39dfb4d68aa4353f68",
+    "sink-i8": "2e4ee8e65ce77aa9290784eedac105c4",
+    "outliers-f16": "4bd82a878553127046a5f40c92552943",
+    "outliers-bf16": "56ab22f028fbf3f347496270a55954e2",
+    "outliers-f32": "9ff7bdc7db8ea9d9308bebb235255b9a",
+    "outliers-i8": "b62194ef28a3b54f5af62c09217267ad",
+    "large_logits-f16": "f53422a780c12ca8e4c60930481cb933",
+    "large_logits-bf16": "0d2860abe067e88eb155412048efd0a5",
+    "large_logits-f32": "7b6185c393f66164e3c341a9093d432e",
+    "large_logits-i8": "ee971ccd49df5ac7c48c20be5991d4fd",
+    "uniform-f16": "fad28a36e18be25a57550561d12c4d26",
+    "uniform-bf16": "c198a61e4e81e15d5b0ffaa0b9f348aa",
+    "uniform-f32": "1b8e4b7cafcd99683eeb914d86cc3813",
+    "uniform-i8": "79f0ac2b30c302a4b198e42b15ccd4fa",
+    "cancellation-f16": "8298b1fb531799a39e33b0e1180a9577",
+    "cancellation-bf16": "70c35c4a32460645e971d1a8d3e8e582",
+    "cancellation-f32": "8827b1d8dc37ebe5ad96413a2c02cd27",
+    "cancellation-i8": "6e85bfb5926795fb516cd9d1bf9ad514",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGIME_PINNED))
+def test_regimes_keep_their_bytes(name):
+    regime, dtype = name.rsplit("-", 1)
+    assert digest(make_inputs(parse_config({**REGIME_BASE, "dtype": dtype, "data_regime": regime}))) == REGIME_PINNED[name]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.int8], ids=lambda d: np.dtype(d).name)
+def test_channel_transform_of_some_channels_is_the_formula(dtype):
+    # Every channel through x * scale + offset in float64, rounded once: the untouched ones too,
+    # where a -0 becomes +0.
+    rng = np.random.default_rng(3)
+    x64 = rng.integers(-8, 8, size=(3, 5, 70, 16)).astype(np.float64) if dtype == np.int8 else rng.standard_normal((3, 5, 70, 16))
+    if dtype != np.int8:
+        x64[0, 0, :, :] = -0.0
+    x = x64.astype(dtype)
+    scale, offset = np.ones(16), np.zeros(16)
+    scale[[2, 9]], offset[9] = [16.0, 0.0], 3.0
+    values = x.astype(np.float64) * scale
+    if dtype == np.int8:
+        values = np.fix(values)
+    values = values + offset
+    want = np.clip(values, -128, 127).astype(np.int8) if dtype == np.int8 else values.astype(dtype)
+    got = x.copy()
+    regimes._channels(got, scale, offset, Workspace())
+    assert got.tobytes() == want.tobytes()
+    if dtype != np.int8:
+        assert not np.signbit(got[0, 0]).any()
 
 
 BASE = dict(g=2, seq_len_q=8, seq_len_k=300, num_heads_q=4, num_heads_kv=2, head_dim_qk=64, head_dim_v=32,
