@@ -24,12 +24,15 @@ ENV DEBIAN_FRONTEND=noninteractive \
 
 # Python from the base when it has one with venv, else from the distribution; git reads a
 # kernel repository's commits for CI sweeps; bubblewrap confines the build and run of a fetched
-# commit's kernels (docs/security.md). A base that has all of them needs no apt mirror.
+# commit's kernels (docs/security.md); a C compiler builds the inputs' normal draws once per host
+# (reference/normals.py; without one, numpy draws the same bytes, slower). A base that has all of
+# them needs no apt mirror.
 RUN --mount=type=secret,id=ca_bundle,required=false \
     set -eu; \
     pkgs=""; \
     command -v git >/dev/null || pkgs="$pkgs git"; \
     command -v bwrap >/dev/null || pkgs="$pkgs bubblewrap"; \
+    command -v cc >/dev/null || pkgs="$pkgs gcc libc6-dev"; \
     [ -s /etc/ssl/certs/ca-certificates.crt ] || pkgs="$pkgs ca-certificates"; \
     python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs="$pkgs python3 python3-venv"; \
     if [ -n "$pkgs" ]; then \
