@@ -1,15 +1,14 @@
 """The inputs' standard normals (docs/spec.md §1: numpy.random.default_rng(data_seed)'s), drawn
 straight into their storage type.
 
-numpy's Generator takes 9.5 ns a normal on the 2-core development host and 20 ns on a 16-core
-GPU host (docs/performance.md): most of a config's input time, and the spec fixes its values bit
-for bit. normals.c steps the same PCG64 in registers and takes the same ziggurat's fast path
+numpy's Generator's normals are most of a config's input time, and the spec fixes their values
+bit for bit. normals.c steps the same PCG64 in registers and takes the same ziggurat's fast path
 (the sign as a bit, not a branch that mispredicts every other draw), and rounds each value once
-to the storage type in the same loop, with no float64 temporary: on the 2-core host 3.0 ns a
-float32 value, 4.4 a float16 or bfloat16 one, against numpy's 9.5 plus 1.5 ns of narrowing. The
-draws off the fast path (about one in a hundred) are numpy's own random_standard_normal (its C
-API, numpy/random/lib/libnpyrandom.a) run on the same state, and the fast path's tables are read
-out of that function at load, so nothing of numpy's code or tables is copied.
+to the storage type in the same loop, with no float64 temporary (what each costs:
+docs/decisions.md, "The inputs' normal draws"). The draws off the fast path (about one in a
+hundred) are numpy's own random_standard_normal (its C API, numpy/random/lib/libnpyrandom.a) run
+on the same state, and the fast path's tables are read out of that function at load, so nothing
+of numpy's code or tables is copied.
 
 The loop is compiled on first use with the host's C compiler ($CC, cc, gcc or clang) into
 `kernel_cache/host/` and used only after it drew numpy's own bits on a check of every dtype at
