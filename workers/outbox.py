@@ -8,7 +8,8 @@ published config gets `enqueued_at`. If the broker refuses or does not answer, t
 still stands: the sweep stays `queued` and the reconciler publishes it.
 
 The reconciler (`Reconciler.run_once`, every RECONCILE_INTERVAL_S in each worker's main process,
-one at a time across workers through a lock in Redis) makes the broker agree with the store:
+one at a time across workers through a lock in Redis, which a pass that fails gives up) makes
+the broker agree with the store:
 
 1. publishes every config still marked "to publish" (a sweep committed while the broker was
    down, or whose submitter died between the commit and the publish);
@@ -58,6 +59,8 @@ VANISHED_GRACE_S = 30.0   # a config published this recently may still be on its
 MAX_ENQUEUES = 5          # publications of one config before it is recorded `error`
 KOMBU_SEP = "\x06\x16"    # kombu's Redis transport: queue name + SEP + priority step
 UNACKED_KEY = "unacked"   # kombu's hash of delivered, unacknowledged messages
+# Delete the reconciler lock only where this owner still holds it (a lock that expired may be another's now).
+_RELEASE_IF_OWNER = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
 @dataclass(frozen=True)
@@ -254,23 +257,42 @@ class Reconciler:
         finally:
             client.close()
 
+    def _unlock(self) -> None:
+        """Give the lock up now if this reconciler holds it; with the broker away it expires by itself."""
+        client = redis_client(self.settings)
+        if client is None:
+            return
+        try:
+            client.eval(_RELEASE_IF_OWNER, 1, self.lock_key, self.owner)
+        except Exception as exc:  # noqa: BLE001 - the lock's expiry releases it
+            log.warning("releasing the reconciler lock failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            client.close()
+
     def run_once(self, session_factory: Callable[[], Session]) -> dict[str, int]:
         """One pass; returns what it did. Raises when the broker or the database cannot be reached."""
         done = {"published_tasks": 0, "requeued": 0, "given_up": 0, "finished": 0, "triage_published": 0,
                 "bisections_published": 0}
         if not self._lock():
             return done
-        with session_factory() as session:
-            done["published_tasks"] = publish_pending(session, self.celery, self.settings)
-            requeued, given_up = self._requeue_vanished(session)
-            done["requeued"], done["given_up"] = requeued, given_up
-            if requeued:
-                done["published_tasks"] += publish_pending(session, self.celery, self.settings)
-            done["finished"] = finish_complete(session)
-            # Triage tasks of finished sweeps that no one published (the broker refused, or the
-            # sweep was ended here or by a process without a Celery app).
-            done["triage_published"] = publish_triage(session, self.celery, self.settings)
-            done["bisections_published"] = publish_bisections(session, self.celery, self.settings)
+        try:
+            with session_factory() as session:
+                done["published_tasks"] = publish_pending(session, self.celery, self.settings)
+                requeued, given_up = self._requeue_vanished(session)
+                done["requeued"], done["given_up"] = requeued, given_up
+                if requeued:
+                    done["published_tasks"] += publish_pending(session, self.celery, self.settings)
+                done["finished"] = finish_complete(session)
+                # Triage tasks of finished sweeps that no one published (the broker refused, or the
+                # sweep was ended here or by a process without a Celery app).
+                done["triage_published"] = publish_triage(session, self.celery, self.settings)
+                done["bisections_published"] = publish_bisections(session, self.celery, self.settings)
+        except BaseException:
+            # The next pass of another worker's reconciler may succeed where this process's
+            # failed (its connections are its own); a failing holder that kept the lock, renewed
+            # by each of its passes, would leave the deployment with no reconciler at all.
+            self._unlock()
+            raise
         return done
 
     def _requeue_vanished(self, session: Session) -> tuple[int, int]:
