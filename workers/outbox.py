@@ -38,7 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from celery import Celery
 from attnconfig import AttentionConfig, parse_config
@@ -78,17 +78,18 @@ def priority_of(sweep: Sweep) -> int:
 
 # --- publishing --------------------------------------------------------------------------------
 def publish_sweep(session: Session, celery: Celery, settings: Settings, sweep: Sweep,
-                  known: Iterable[AttentionConfig] = ()) -> int:
+                  known: Mapping[str, AttentionConfig] | None = None) -> int:
     """Publish the sweep's configs marked "to publish" and mark them published; returns the
     tasks sent. Commits. Raises whatever the broker raised (nothing is marked then). `known`:
-    configs already parsed (the submitter's), read back from the store only where missing."""
+    configs already parsed (the submitter's) by content hash, read back from the store only
+    where missing."""
     rows = marks.claim_pending(session, sweep.id)
     if not rows:
         session.commit()
         return 0
-    parsed = {c.content_hash(): c for c in known}
+    known = known or {}
     request = sweep.request or {}
-    items: list[tuple[str, dict[str, Any], AttentionConfig]] = [(h, c, parsed.get(h) or parse_config(c)) for h, c in rows]
+    items: list[tuple[str, dict[str, Any], AttentionConfig]] = [(h, c, known.get(h) or parse_config(c)) for h, c in rows]
     try:
         tasks = enqueue_configs(celery, settings, sweep_id=sweep.id, backend=sweep.backend, configs=items,
                                 defects=request.get("defects") or [], err_ratio_gate=request.get("err_ratio_gate"),
@@ -117,13 +118,13 @@ def publish_pending(session: Session, celery: Celery, settings: Settings, sweep_
 
 # --- the one submit path -------------------------------------------------------------------------
 def submit(session: Session, celery: Celery, settings: Settings, store: Callable[[Session], Sweep],
-           known: Iterable[AttentionConfig] = ()) -> Submitted:
+           known: Mapping[str, AttentionConfig] | None = None) -> Submitted:
     """Commit a sweep with its outbox marks, then try to publish it.
 
     `store(session)` writes the sweep and its configs (sweeps.plan.plan_sweep plus whatever the
     caller adds: queue, CI columns, idempotency key, delivery) without committing and returns the
     sweep; this function commits it all in one transaction, then publishes (`known`: the
-    configs, parsed). A broker that refuses or does not answer leaves the sweep queued for the
+    configs, parsed, by content hash). A broker that refuses or does not answer leaves the sweep queued for the
     reconciler; it is logged, not raised."""
     sweep = store(session)
     session.commit()
