@@ -70,8 +70,8 @@ def caller_of(settings: Settings, credentials: HTTPAuthorizationCredentials | No
 
 def writer(scope: str) -> Callable[..., Caller]:
     """A write route's dependency: the caller allowed `scope`, then the rules of every write
-    (api/security.py: JSON, from this site)."""
-    def dependency(request: Request, credentials: Credentials) -> Caller:
+    (api/security.py: JSON, from this site). A coroutine, as read_access: it only compares."""
+    async def dependency(request: Request, credentials: Credentials) -> Caller:
         caller = caller_of(_settings(request), credentials, scope)
         check_write(request)
         return caller
@@ -84,8 +84,9 @@ def is_open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
-def read_access(request: Request, credentials: Credentials) -> None:
-    """Every route's dependency: a read needs scope `read` where ATTNSWEEP_READ_AUTH is on."""
+async def read_access(request: Request, credentials: Credentials) -> None:
+    """Every route's dependency: a read needs scope `read` where ATTNSWEEP_READ_AUTH is on. A
+    coroutine (api/deps.py says why): it compares tokens and reads nothing else."""
     settings = _settings(request)
     if settings.auth == "off" or not settings.read_auth or request.method not in ("GET", "HEAD"):
         return

@@ -3,6 +3,7 @@ killed between its commit and its publish (docs/service.md, Drills)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -32,7 +33,14 @@ def drill_worker_main_kill(svc: DrillService, n: int) -> Row:
     return svc.row("worker main SIGKILL x10", sid, t_end, finished, f"{kills} kills; lease {LEASE_S} s")
 
 
+# What a killed pool child may cause in its worker's log besides its own loss (WorkerLostError):
+# nothing. A batch that failed, or a reconciler pass that failed, means the replacement child
+# and its parent shared something they must not (a database session inherited across fork).
+COLLATERAL = re.compile(r"raised unexpected|reconciler pass failed")
+
+
 def drill_pool_child_kill(svc: DrillService, n: int) -> Row:
+    logs_from = [len(w.log()) for w in svc.workers]
     status, body = svc.post_sweep(3 * n, 2)
     sid = body["id"]
     svc.wait_progress(sid, 2)
@@ -50,7 +58,12 @@ def drill_pool_child_kill(svc: DrillService, n: int) -> Row:
         time.sleep(1.0)
     t_end = time.monotonic()
     finished = svc.wait_done(sid)
-    return svc.row("pool child SIGKILL x10", sid, t_end, finished, f"{kills} kills")
+    row = svc.row("pool child SIGKILL x10", sid, t_end, finished, f"{kills} kills")
+    collateral = [line for w, start in zip(svc.workers, logs_from) for line in w.log()[start:].splitlines()
+                  if COLLATERAL.search(line)]
+    if collateral:
+        row.failed = f"{len(collateral)} task or reconciler failures besides the kills, first: {collateral[0][-160:]}"
+    return row
 
 
 def drill_redis_kill(svc: DrillService, n: int) -> Row:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from store.models import Bisection, Cluster, Sweep, SweepTriage
@@ -163,13 +163,19 @@ def bug_numbers(session: Session, sweep_ids: Sequence[int]) -> dict[tuple[int, s
     return {(sweep_id, h): rank + 1 for sweep_id, rank, hashes in rows for h in hashes}
 
 
+# One query, built once: GET /sweeps/{id} asks on every poll.
+_BUG_COUNTS = (select(SweepTriage.sweep_id, func.count(Cluster.id))
+               .outerjoin(Cluster, Cluster.sweep_id == SweepTriage.sweep_id)
+               .where(SweepTriage.sweep_id.in_(bindparam("sweep_ids", expanding=True)), SweepTriage.status == "done")
+               .group_by(SweepTriage.sweep_id))
+
+
 def bug_counts(session: Session, sweep_ids: Sequence[int]) -> dict[int, int]:
     """Sweep id -> its bugs (stored clusters), for the sweeps among these whose triage is done."""
     ids = sorted(set(sweep_ids))
-    done = session.scalars(select(SweepTriage.sweep_id).where(SweepTriage.sweep_id.in_(ids), SweepTriage.status == "done"))
-    counts = dict(session.execute(select(Cluster.sweep_id, func.count()).where(Cluster.sweep_id.in_(ids))
-                                  .group_by(Cluster.sweep_id)).all())
-    return {sweep_id: counts.get(sweep_id, 0) for sweep_id in done}
+    if not ids:
+        return {}
+    return dict(session.execute(_BUG_COUNTS, {"sweep_ids": ids}).all())
 
 
 def _bisections(session: Session, sweep_id: int) -> list[Bisection]:

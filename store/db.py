@@ -1,6 +1,8 @@
 """Engines and sessions from a database URL; the schema itself belongs to the migrations."""
 from __future__ import annotations
 
+import os
+import weakref
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import ContextManager, Iterator
@@ -88,9 +90,36 @@ def normalize_url(url: str) -> str:
     return url
 
 
+# Every engine get_engine made in this process, for _forget_inherited_pools.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _forget_inherited_pools() -> None:
+    """In a child just forked (a Celery pool process, the embedded pool's): drop the pooled
+    connections it inherited without closing them.
+
+    Each is its parent's session on the same socket. A child that used one would interleave its
+    statements with the parent's on one server session: replies read by the wrong process,
+    psycopg's prepared statements ("_pg3_0") created twice, a transaction left open under the
+    other. In a Celery worker the main process's reconciler holds such a connection, and the
+    pool forks a replacement child whenever one dies. dispose(close=False) gives the child empty
+    pools of its own; the parent's sockets stay open for the parent (psycopg closes a connection
+    only in the process that opened it)."""
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_inherited_pools)
+
+
 @lru_cache(maxsize=8)
 def get_engine(url: str) -> Engine:
-    url = normalize_url(url)
+    engine = _new_engine(normalize_url(url))
+    _ENGINES.add(engine)
+    return engine
+
+
+def _new_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
 

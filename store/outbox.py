@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from store.models import ConfigRun, Sweep
@@ -20,16 +20,20 @@ def _live(*where: Any) -> tuple[Any, ...]:
     return (Sweep.status.in_(ACTIVE_STATUSES), Sweep.queue.is_not(None), *where)
 
 
+_RUNS = ConfigRun.__table__
+# Built once: every POST /sweeps runs it, and building the statement cost SQLAlchemy about as
+# much CPU as executing it.
+_CLAIM = (update(_RUNS)
+          .where(_RUNS.c.sweep_id == bindparam("p_sweep_id"), _RUNS.c.state == "queued", _RUNS.c.enqueued_at.is_(None))
+          .values(enqueued_at=bindparam("p_now"), enqueues=_RUNS.c.enqueues + 1)
+          .returning(_RUNS.c.seq, _RUNS.c.config_hash, _RUNS.c.config))
+
+
 def claim_pending(session: Session, sweep_id: int) -> list[tuple[str, dict[str, Any]]]:
     """Mark the sweep's configs "to publish" published, in the caller's transaction, and return
     them (hash, config) in sampled order. The update holds their rows until the commit: a second
     publisher (the reconciler beside the submitter) waits, then finds them marked."""
-    table = ConfigRun.__table__
-    rows = session.execute(
-        update(table)
-        .where(table.c.sweep_id == sweep_id, table.c.state == "queued", table.c.enqueued_at.is_(None))
-        .values(enqueued_at=now(), enqueues=table.c.enqueues + 1)
-        .returning(table.c.seq, table.c.config_hash, table.c.config)).all()
+    rows = session.execute(_CLAIM, {"p_sweep_id": sweep_id, "p_now": now()}).all()
     return [(h, c) for _seq, h, c in sorted(rows, key=lambda r: r[0])]
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
-from sqlalchemy import BigInteger, Select, and_, case, func, select
+from sqlalchemy import BigInteger, Select, and_, bindparam, case, func, select
 from sqlalchemy.orm import Session
 
 from attnconfig.config import INT4_MAX, INT8_MAX
@@ -215,8 +215,19 @@ def list_sweeps(
     return rows, count
 
 
+# Built once (GET /sweeps/{id} runs them on every poll; building a statement costs SQLAlchemy
+# about as much CPU as running it). The not-applicable reason is a grouping column: it is null
+# for every other outcome, so one pass gives the outcomes and the reasons.
+_SWEEP_IDS = bindparam("sweep_ids", expanding=True)
+_RUN_COUNTS = (select(ConfigRun.sweep_id, ConfigRun.state, ConfigRun.outcome, ConfigRun.not_applicable_reason, func.count(),
+                      func.max(ConfigRun.finished_at))
+               .where(ConfigRun.sweep_id.in_(_SWEEP_IDS))
+               .group_by(ConfigRun.sweep_id, ConfigRun.state, ConfigRun.outcome, ConfigRun.not_applicable_reason))
+_FILTER_COUNTS = select(FilterCount.sweep_id, FilterCount.reason, FilterCount.count).where(FilterCount.sweep_id.in_(_SWEEP_IDS))
+
+
 def sweeps_counts(session: Session, sweep_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """docs/spec.md §8 counts of several sweeps in three grouped queries (store.repo.sweep_counts for one)."""
+    """docs/spec.md §8 counts of several sweeps in two queries (store.repo.sweep_counts for one)."""
     ids = list(sweep_ids)
     out = {
         i: {"configs_total": 0, "configs_done": 0, "outcomes": dict.fromkeys(OUTCOMES, 0),
@@ -225,27 +236,17 @@ def sweeps_counts(session: Session, sweep_ids: Sequence[int]) -> dict[int, dict[
     }
     if not ids:
         return out
-    for sid, state, outcome, n, last in session.execute(
-        select(ConfigRun.sweep_id, ConfigRun.state, ConfigRun.outcome, func.count(), func.max(ConfigRun.finished_at))
-        .where(ConfigRun.sweep_id.in_(ids))
-        .group_by(ConfigRun.sweep_id, ConfigRun.state, ConfigRun.outcome)
-    ):
+    for sid, state, outcome, reason, n, last in session.execute(_RUN_COUNTS, {"sweep_ids": ids}):
         c = out[sid]
         c["configs_total"] += n
+        if outcome == "not_applicable":
+            c["not_applicable_reasons"][reason] = c["not_applicable_reasons"].get(reason, 0) + n
         if state == "done":
             c["configs_done"] += n
             c["outcomes"][outcome] = c["outcomes"].get(outcome, 0) + n
             if last is not None and (c["last_finished_at"] is None or last > c["last_finished_at"]):
                 c["last_finished_at"] = last
-    for sid, reason, n in session.execute(
-        select(ConfigRun.sweep_id, ConfigRun.not_applicable_reason, func.count())
-        .where(ConfigRun.sweep_id.in_(ids), ConfigRun.outcome == "not_applicable")
-        .group_by(ConfigRun.sweep_id, ConfigRun.not_applicable_reason)
-    ):
-        out[sid]["not_applicable_reasons"][reason] = n
-    for sid, reason, n in session.execute(
-        select(FilterCount.sweep_id, FilterCount.reason, FilterCount.count).where(FilterCount.sweep_id.in_(ids))
-    ):
+    for sid, reason, n in session.execute(_FILTER_COUNTS, {"sweep_ids": ids}):
         out[sid]["filtered"][reason] = n
     return out
 

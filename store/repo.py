@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from attnconfig import AttentionConfig
 from attnconfig.outcomes import OUTCOMES
-from store.models import ConfigRun, FilterCount, Sweep, SweepTriage
+from store.models import ConfigRun, FilterCount, Sweep, SweepTriage, Worker
 
 if TYPE_CHECKING:
     from sweeps.plan import SweepPlan
@@ -24,10 +24,11 @@ def aware(t: datetime) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
-def config_columns(c: AttentionConfig) -> dict[str, Any]:
-    """The config as ConfigRun columns (fields plus the derived ones queries group by)."""
+def config_columns(c: AttentionConfig, content_hash: str | None = None) -> dict[str, Any]:
+    """The config as ConfigRun columns (fields plus the derived ones queries group by);
+    `content_hash`: c.content_hash(), where the caller has it already."""
     return {
-        "config_hash": c.content_hash(),
+        "config_hash": content_hash or c.content_hash(),
         "config": c.to_dict(),
         "dtype": c.dtype,
         "g": c.g,
@@ -68,10 +69,13 @@ def create_sweep(
     filtered: Mapping[str, int],
     configs: Iterable[AttentionConfig],
     columns: Mapping[str, Any] | None = None,
+    hashes: Sequence[str] | None = None,
 ) -> Sweep:
     """Store a sampled sweep with its filter counts and every accepted config, queued.
-    `columns`: more of the sweep's columns (a service sweep's queue), in the same INSERT."""
+    `columns`: more of the sweep's columns (a service sweep's queue), in the same INSERT;
+    `hashes`: the configs' content hashes, where the caller has them."""
     configs = list(configs)
+    hashes = list(hashes) if hashes else [c.content_hash() for c in configs]
     sweep = Sweep(
         **(columns or {}),
         label=label,
@@ -90,7 +94,7 @@ def create_sweep(
     session.flush()
     for reason, count in sorted(filtered.items()):
         session.add(FilterCount(sweep_id=sweep.id, reason=reason, count=count))
-    bulk_add_configs(session, sweep.id, [config_columns(c) for c in configs])
+    bulk_add_configs(session, sweep.id, [config_columns(c, h) for c, h in zip(configs, hashes)])
     return sweep
 
 
@@ -99,7 +103,8 @@ def store_plan(session: Session, plan: "SweepPlan", **columns: Any) -> Sweep:
     caller commits."""
     return create_sweep(session, request=plan.request, seed=plan.seed, backend=plan.backend, label=plan.label,
                         splitkv_budget=plan.budget.bytes, budget_source=plan.budget.source, device=plan.device,
-                        draws=plan.draws, filtered=plan.filtered, configs=plan.configs, columns=columns)
+                        draws=plan.draws, filtered=plan.filtered, configs=plan.configs, columns=columns,
+                        hashes=plan.hashes)
 
 
 def record_result(session: Session, sweep_id: int, config_hash: str, row: Mapping[str, Any], worker: str | None = None,
@@ -317,8 +322,6 @@ def cancel_sweep(session: Session, sweep_id: int) -> int:
 # --- service mode: workers -----------------------------------------------------------------------
 def register_worker(session: Session, name: str, **fields: Any) -> None:
     """Insert or refresh a worker's row (a restarted worker keeps its name)."""
-    from store.models import Worker
-
     values = {**fields, "last_heartbeat": now(), "started_at": now(), "stopped_at": None}
     worker = session.get(Worker, name)
     if worker is None:
@@ -329,8 +332,6 @@ def register_worker(session: Session, name: str, **fields: Any) -> None:
 
 
 def heartbeat(session: Session, name: str, stopped: bool = False) -> None:
-    from store.models import Worker
-
     values: dict[str, Any] = {"last_heartbeat": now()}
     if stopped:
         values["stopped_at"] = now()
@@ -341,12 +342,17 @@ def live_workers(session: Session, stale_after_s: float, queue: str | None = Non
     """Workers that are not stopped and heartbeat within `stale_after_s`, optionally of one queue."""
     from datetime import timedelta
 
-    from store.models import Worker
-
     q = select(Worker).where(Worker.stopped_at.is_(None), Worker.last_heartbeat >= now() - timedelta(seconds=stale_after_s))
     if queue is not None:
         q = q.where(Worker.queue == queue)
     return list(session.scalars(q.order_by(Worker.name)))
+
+
+# Two columns of a queue's live workers, built once: every POST /sweeps asks.
+_QUEUE_MEMORY = (select(Worker.total_memory, Worker.device)
+                 .where(Worker.stopped_at.is_(None), Worker.last_heartbeat >= bindparam("p_since"),
+                        Worker.queue == bindparam("p_queue"))
+                 .order_by(Worker.name))
 
 
 def queue_device_memory(session: Session, queue: str, stale_after_s: float) -> tuple[int | None, str | None]:
@@ -354,9 +360,12 @@ def queue_device_memory(session: Session, queue: str, stale_after_s: float) -> t
 
     The smallest device decides, since any worker of the queue may take any config. The memory
     is None when no live worker of the queue reported one (no worker, or cpu workers); the
-    device is then that of a live worker, if any.
+    device is then that of a live worker, if any. Two columns, not the workers' rows: every
+    POST /sweeps asks.
     """
-    live = live_workers(session, stale_after_s, queue)
+    from datetime import timedelta
+
+    live = session.execute(_QUEUE_MEMORY, {"p_since": now() - timedelta(seconds=stale_after_s), "p_queue": queue}).all()
     reported = [w for w in live if w.total_memory]
     if not reported:
         return None, (live[0].device if live else None)

@@ -164,7 +164,7 @@ def submit_sweep(session: Session, celery: Celery, settings: Settings, spec: Swe
         return sweep
 
     try:
-        done = commit_and_publish(session, celery, settings, store, plan.configs)
+        done = commit_and_publish(session, celery, settings, store, dict(zip(plan.hashes, plan.configs)))
     except IntegrityError:
         # Two requests with one key raced: the first one's commit won; answer with its sweep.
         session.rollback()

@@ -36,6 +36,9 @@ class SweepPlan:
     configs: list[AttentionConfig]
     draws: int = 0                                          # 0: an explicit config list, not sampled
     filtered: dict[str, int] = field(default_factory=dict)  # configs each prefilter dropped
+    # configs[i].content_hash(), computed once: sampling dedupes by it, the store keys rows by it
+    # and publishing names each config by it (a JSON dump and a sha256 each).
+    hashes: list[str] = field(default_factory=list)
 
 
 def plan_sweep(
@@ -62,14 +65,16 @@ def plan_sweep(
     draws = 0
     if configs is None:
         sampled: SampleResult = sample(spec, budget.bytes, prior=prior)
-        configs, filtered, draws = sampled.configs, sampled.filtered, sampled.draws
+        configs, filtered, draws, hashes = sampled.configs, sampled.filtered, sampled.draws, sampled.accepted_hashes
+    else:
+        hashes = [c.content_hash() for c in configs]
     extra = dict(request_extra or {})
     if sanitize is not None:
         tool, share = sanitize
         extra.update(sanitize=tool, sanitize_share=share, sanitize_configs=pick_configs(configs, share, defects))
     return SweepPlan(request={**spec.model_dump(mode="json"), **extra}, seed=spec.resolved_seed(), backend=spec.backend,
                      label=spec.label, budget=budget, device=device, configs=list(configs), draws=draws,
-                     filtered=dict(filtered))
+                     filtered=dict(filtered), hashes=list(hashes))
 
 
 def pick_configs(configs: list[AttentionConfig], share: float, defects: tuple[str, ...] = ()) -> list[str]:

@@ -8,7 +8,8 @@ published config gets `enqueued_at`. If the broker refuses or does not answer, t
 still stands: the sweep stays `queued` and the reconciler publishes it.
 
 The reconciler (`Reconciler.run_once`, every RECONCILE_INTERVAL_S in each worker's main process,
-one at a time across workers through a lock in Redis) makes the broker agree with the store:
+one at a time across workers through a lock in Redis, which a pass that fails gives up) makes
+the broker agree with the store:
 
 1. publishes every config still marked "to publish" (a sweep committed while the broker was
    down, or whose submitter died between the commit and the publish);
@@ -37,7 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from celery import Celery
 from attnconfig import AttentionConfig, parse_config
@@ -58,6 +59,8 @@ VANISHED_GRACE_S = 30.0   # a config published this recently may still be on its
 MAX_ENQUEUES = 5          # publications of one config before it is recorded `error`
 KOMBU_SEP = "\x06\x16"    # kombu's Redis transport: queue name + SEP + priority step
 UNACKED_KEY = "unacked"   # kombu's hash of delivered, unacknowledged messages
+# Delete the reconciler lock only where this owner still holds it (a lock that expired may be another's now).
+_RELEASE_IF_OWNER = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
 @dataclass(frozen=True)
@@ -75,17 +78,18 @@ def priority_of(sweep: Sweep) -> int:
 
 # --- publishing --------------------------------------------------------------------------------
 def publish_sweep(session: Session, celery: Celery, settings: Settings, sweep: Sweep,
-                  known: Iterable[AttentionConfig] = ()) -> int:
+                  known: Mapping[str, AttentionConfig] | None = None) -> int:
     """Publish the sweep's configs marked "to publish" and mark them published; returns the
     tasks sent. Commits. Raises whatever the broker raised (nothing is marked then). `known`:
-    configs already parsed (the submitter's), read back from the store only where missing."""
+    configs already parsed (the submitter's) by content hash, read back from the store only
+    where missing."""
     rows = marks.claim_pending(session, sweep.id)
     if not rows:
         session.commit()
         return 0
-    parsed = {c.content_hash(): c for c in known}
+    known = known or {}
     request = sweep.request or {}
-    items: list[tuple[str, dict[str, Any], AttentionConfig]] = [(h, c, parsed.get(h) or parse_config(c)) for h, c in rows]
+    items: list[tuple[str, dict[str, Any], AttentionConfig]] = [(h, c, known.get(h) or parse_config(c)) for h, c in rows]
     try:
         tasks = enqueue_configs(celery, settings, sweep_id=sweep.id, backend=sweep.backend, configs=items,
                                 defects=request.get("defects") or [], err_ratio_gate=request.get("err_ratio_gate"),
@@ -114,13 +118,13 @@ def publish_pending(session: Session, celery: Celery, settings: Settings, sweep_
 
 # --- the one submit path -------------------------------------------------------------------------
 def submit(session: Session, celery: Celery, settings: Settings, store: Callable[[Session], Sweep],
-           known: Iterable[AttentionConfig] = ()) -> Submitted:
+           known: Mapping[str, AttentionConfig] | None = None) -> Submitted:
     """Commit a sweep with its outbox marks, then try to publish it.
 
     `store(session)` writes the sweep and its configs (sweeps.plan.plan_sweep plus whatever the
     caller adds: queue, CI columns, idempotency key, delivery) without committing and returns the
     sweep; this function commits it all in one transaction, then publishes (`known`: the
-    configs, parsed). A broker that refuses or does not answer leaves the sweep queued for the
+    configs, parsed, by content hash). A broker that refuses or does not answer leaves the sweep queued for the
     reconciler; it is logged, not raised."""
     sweep = store(session)
     session.commit()
@@ -254,23 +258,42 @@ class Reconciler:
         finally:
             client.close()
 
+    def _unlock(self) -> None:
+        """Give the lock up now if this reconciler holds it; with the broker away it expires by itself."""
+        client = redis_client(self.settings)
+        if client is None:
+            return
+        try:
+            client.eval(_RELEASE_IF_OWNER, 1, self.lock_key, self.owner)
+        except Exception as exc:  # noqa: BLE001 - the lock's expiry releases it
+            log.warning("releasing the reconciler lock failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            client.close()
+
     def run_once(self, session_factory: Callable[[], Session]) -> dict[str, int]:
         """One pass; returns what it did. Raises when the broker or the database cannot be reached."""
         done = {"published_tasks": 0, "requeued": 0, "given_up": 0, "finished": 0, "triage_published": 0,
                 "bisections_published": 0}
         if not self._lock():
             return done
-        with session_factory() as session:
-            done["published_tasks"] = publish_pending(session, self.celery, self.settings)
-            requeued, given_up = self._requeue_vanished(session)
-            done["requeued"], done["given_up"] = requeued, given_up
-            if requeued:
-                done["published_tasks"] += publish_pending(session, self.celery, self.settings)
-            done["finished"] = finish_complete(session)
-            # Triage tasks of finished sweeps that no one published (the broker refused, or the
-            # sweep was ended here or by a process without a Celery app).
-            done["triage_published"] = publish_triage(session, self.celery, self.settings)
-            done["bisections_published"] = publish_bisections(session, self.celery, self.settings)
+        try:
+            with session_factory() as session:
+                done["published_tasks"] = publish_pending(session, self.celery, self.settings)
+                requeued, given_up = self._requeue_vanished(session)
+                done["requeued"], done["given_up"] = requeued, given_up
+                if requeued:
+                    done["published_tasks"] += publish_pending(session, self.celery, self.settings)
+                done["finished"] = finish_complete(session)
+                # Triage tasks of finished sweeps that no one published (the broker refused, or the
+                # sweep was ended here or by a process without a Celery app).
+                done["triage_published"] = publish_triage(session, self.celery, self.settings)
+                done["bisections_published"] = publish_bisections(session, self.celery, self.settings)
+        except BaseException:
+            # The next pass of another worker's reconciler may succeed where this process's
+            # failed (its connections are its own); a failing holder that kept the lock, renewed
+            # by each of its passes, would leave the deployment with no reconciler at all.
+            self._unlock()
+            raise
         return done
 
     def _requeue_vanished(self, session: Session) -> tuple[int, int]:

@@ -120,3 +120,25 @@ def test_a_live_worker_keeps_a_task_longer_than_the_lease(service, private_redis
         if second is not None:
             stop_worker(second)
         stop_worker(first)
+
+
+def test_a_reconciler_whose_pass_fails_leaves_the_next_pass_to_another_worker(service):
+    import redis
+
+    from store.db import DBAPIError, session_factory
+    from tests.integration.conftest import REDIS_URL
+    from workers.app import create_celery
+    from workers.outbox import Reconciler
+
+    celery = create_celery(service.settings)
+    broken = Reconciler(service.settings, celery)
+    # Its process cannot use the database (nothing listens on port 1); the other worker's can.
+    with pytest.raises(DBAPIError):
+        broken.run_once(session_factory("postgresql://postgres@127.0.0.1:1/attnsweep"))
+    other = Reconciler(service.settings, celery)
+    other.run_once(session_factory(service.url))
+    r = redis.Redis.from_url(REDIS_URL)
+    try:
+        assert r.get(other.lock_key) == other.owner.encode()
+    finally:
+        r.close()

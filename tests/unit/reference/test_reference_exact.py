@@ -5,6 +5,7 @@ additive mask, enable_gqa=True); LSE against torch.logsumexp of logits built wit
 Neither shares code with reference/.
 """
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -104,9 +105,10 @@ def repeat_gaps(c, inputs, ours, theirs, which):
     fresh = make_inputs(c)
     changed = {k: int(np.count_nonzero(np.asarray(v) != np.asarray(fresh[k]))) for k, v in inputs.items()
                if isinstance(v, np.ndarray)}
+    others = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
     return (f"repeated in this process: ours moved by {gap(ours, again_ours):.3g}, torch by "
             f"{gap(theirs, again_theirs):.3g}; torch threads {torch.get_num_threads()}; elements that differ "
-            f"from a fresh make_inputs: {changed}")
+            f"from a fresh make_inputs: {changed}; other threads alive (a writer left by an earlier test?): {others}")
 
 
 @pytest.mark.parametrize("budget", [1, 97, 5000])
