@@ -17,7 +17,10 @@ SECRET = "drill-webhook-secret-5b1f0c"
 # The drills' own API token (the API refuses requests without one).
 API_SECRET = "drills-" + hashlib.sha256(b"attnsweep drills").hexdigest()[:32]
 LEASE_S = 30           # ATTNSWEEP_VISIBILITY_TIMEOUT_S for the drills (the minimum)
-DONE_TIMEOUT_S = 300   # the longest any drill waits for its sweep
+# A drill's sweep fails when no config of it is stored for STALL_S (past any drill's outage, eight
+# leases), not after a fixed time: on a loaded host a sweep that makes progress is slow, not lost.
+STALL_S = 240
+DONE_CAP_S = 1800      # the longest any drill waits for its sweep, progress or not
 CONFIG_LIMIT_S = 20    # per-config time limit: far above a drill config's second, below a freeze
 WORKERS = ("drill0", "drill1")
 # Small configs: a few tenths of a second of numpy each on one core.
@@ -128,13 +131,25 @@ class DrillService:
         rows = self.db("SELECT status FROM sweeps WHERE id = %s", sid)
         return rows[0][0] if rows else None
 
-    def wait_done(self, sid: int, timeout: float = DONE_TIMEOUT_S) -> bool:
-        try:
-            wait_for(lambda: self.sweep_status(sid) in ("done", "failed", "cancelled"), timeout, f"sweep {sid}",
-                     interval=0.5, ignore=(Exception,))
-            return True
-        except TimeoutError:
-            return False
+    def wait_done(self, sid: int, stall_s: float = STALL_S) -> bool:
+        """Whether the sweep ended, waiting while its configs keep being stored: False once none
+        was stored for `stall_s` seconds, or after DONE_CAP_S."""
+        t0 = last_progress = time.monotonic()
+        stored = -1
+        while time.monotonic() - t0 < DONE_CAP_S:
+            try:
+                if self.sweep_status(sid) in ("done", "failed", "cancelled"):
+                    return True
+                now_stored = self.stored(sid)
+            except Exception:  # noqa: BLE001 - a dependency still down: no progress seen
+                now_stored = stored
+            if now_stored != stored:
+                stored, last_progress = now_stored, time.monotonic()
+            elif time.monotonic() - last_progress > stall_s:
+                log(f"sweep {sid}: no config stored for {stall_s:g} s ({stored} stored)")
+                return False
+            time.sleep(0.5)
+        return False
 
     def wait_progress(self, sid: int, done: int, timeout: float = 120) -> None:
         wait_for(lambda: self.stored(sid) >= done, timeout, f"{done} configs of sweep {sid} stored", interval=0.3,
