@@ -15,10 +15,9 @@ BackendKey = tuple[str, frozenset[str], str | None, str]
 
 
 class BackendCache:
-    """One backend per (name, defects, source bundle) per worker process: a worker compiles a
-    variant once. Each commit a CI sweep tests is a bundle of its own; the least recently used
-    backends beyond `limit` are closed, so a long-lived worker does not keep every revision's
-    modules loaded."""
+    """The backends of this process by (name, defects, source bundle, kernel). Each commit a CI
+    sweep tests is a bundle of its own; the least recently used backends beyond `limit` are
+    closed, so a long-lived worker does not keep every revision's modules loaded."""
 
     def __init__(self, limit: int = 8) -> None:
         self._backends: OrderedDict[BackendKey, Backend] = OrderedDict()

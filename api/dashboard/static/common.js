@@ -29,12 +29,17 @@ function askForToken() {
   }, { once: true });
 }
 
+// A GET with the session's token, accepting `accept`; a 401 or 403 asks for a token.
+async function authorizedGet(path, accept) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const resp = await fetch(path, { headers: { accept, ...(token ? { authorization: `Bearer ${token}` } : {}) } });
+  if (resp.status === 401 || resp.status === 403) askForToken();
+  return resp;
+}
+
 async function api(path, params) {
   const qs = params ? "?" + params.toString() : "";
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  const headers = { accept: "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) };
-  const resp = await fetch(path + qs, { headers });
-  if (resp.status === 401 || resp.status === 403) askForToken();
+  const resp = await authorizedGet(path + qs, "application/json");
   const body = await resp.json().catch(() => null);
   if (!resp.ok) {
     const detail = body && body.detail;

@@ -18,9 +18,7 @@ function parseMetrics(text) {
 }
 
 async function metricsText() {
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  const resp = await fetch("/metrics", { headers: token ? { authorization: `Bearer ${token}` } : {} });
-  if (resp.status === 401 || resp.status === 403) askForToken();
+  const resp = await authorizedGet("/metrics", "text/plain");
   if (!resp.ok) throw new ApiError(resp.status, [{ field: "/metrics", rule: `HTTP ${resp.status}` }]);
   return resp.text();
 }
